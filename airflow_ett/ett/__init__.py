@@ -1,0 +1,1 @@
+"""The ETT model: events in, attribution out. Pure Python: no Airflow, no SQL, no I/O."""

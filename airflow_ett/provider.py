@@ -1,0 +1,65 @@
+"""Provider metadata: how Airflow learns about the `[ett]` config section.
+
+Airflow reads `get_provider_info()` through the `apache_airflow_provider` entry point, so
+`airflow config list` shows our section with its defaults and descriptions. The same
+defaults serve processes that never import Airflow (see `settings.py`). Keep this module
+free of imports: every Airflow process loads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+CONFIG_DEFAULTS: Final[dict[str, str]] = {
+    "store_url": "sqlite:///{AIRFLOW_HOME}/ett.db",
+    "disabled": "False",
+    "spool_dir": "{AIRFLOW_HOME}/ett_spool",
+    "emit_timeout": "2.0",
+}
+
+_DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
+    "store_url": (
+        "SQLAlchemy URL of the ETT store (its own database, never Airflow's metadata "
+        "session). SQLite under AIRFLOW_HOME by default; PostgreSQL in production, e.g. "
+        "postgresql+psycopg2://user@host/ett.",
+        "string",
+    ),
+    "disabled": (
+        "Turn all ETT recording off: listeners and the emitter do nothing.",
+        "boolean",
+    ),
+    "spool_dir": (
+        "Where events wait, append-only, while the store cannot be reached. They are "
+        "replayed at the next start or by `airflow-ett spool replay`.",
+        "string",
+    ),
+    "emit_timeout": (
+        "The longest, in seconds, that recording may hold up the task it observes "
+        "(flush at exit included). What is not written by then is spooled.",
+        "float",
+    ),
+}
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-ett",
+        "name": "Effective Training Time (ETT)",
+        "description": "Training-job lifecycles with every wasted GPU-minute measured.",
+        "versions": ["0.1.0"],
+        "config": {
+            "ett": {
+                "description": "Effective Training Time recording.",
+                "options": {
+                    key: {
+                        "description": _DESCRIPTIONS[key][0],
+                        "version_added": "0.1.0",
+                        "type": _DESCRIPTIONS[key][1],
+                        "example": None,
+                        "default": default,
+                    }
+                    for key, default in CONFIG_DEFAULTS.items()
+                },
+            }
+        },
+    }

@@ -1,0 +1,92 @@
+"""The `[ett]` configuration, read without importing Airflow.
+
+The trainer and the emitter run in processes that must not import Airflow (the trainer
+runs alone under torchrun), so this reads the same sources Airflow would, in Airflow's
+order: an explicit value, then the environment variable `AIRFLOW__ETT__<KEY>`, then the
+`[ett]` section of `$AIRFLOW_HOME/airflow.cfg` (or `$AIRFLOW_CONFIG`), then the default.
+The defaults are declared once, in `provider.py`, which Airflow also reads.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from airflow_ett.provider import CONFIG_DEFAULTS
+
+
+class SettingsError(ValueError):
+    """A configuration value that cannot be used; the message names key and value."""
+
+
+def airflow_home() -> Path:
+    return Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser()
+
+
+def _expand(value: str) -> str:
+    """`{AIRFLOW_HOME}` in a default expands to the live home, as Airflow's own defaults do."""
+    return value.replace("{AIRFLOW_HOME}", str(airflow_home()))
+
+
+def _from_config_file(key: str) -> str | None:
+    path = Path(os.environ.get("AIRFLOW_CONFIG", str(airflow_home() / "airflow.cfg")))
+    if not path.is_file():
+        return None
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error as exc:
+        raise SettingsError(f"cannot read {path}: {exc}") from None
+    if parser.has_option("ett", key):
+        return parser.get("ett", key)
+    return None
+
+
+def raw_setting(key: str) -> str:
+    if key not in CONFIG_DEFAULTS:
+        raise SettingsError(f"unknown [ett] key {key!r}; known: {sorted(CONFIG_DEFAULTS)}")
+    env = os.environ.get(f"AIRFLOW__ETT__{key.upper()}")
+    if env is not None:
+        return env
+    from_file = _from_config_file(key)
+    if from_file is not None:
+        return from_file
+    return _expand(CONFIG_DEFAULTS[key])
+
+
+def _parse_bool(key: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingsError(f"[ett] {key} must be true or false, got {value!r}")
+
+
+def _parse_positive_float(key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"[ett] {key} must be a number of seconds, got {value!r}") from None
+    if not number > 0:
+        raise SettingsError(f"[ett] {key} must be > 0, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class EttSettings:
+    store_url: str
+    disabled: bool
+    spool_dir: Path
+    emit_timeout: float
+
+    @classmethod
+    def load(cls) -> EttSettings:
+        return cls(
+            store_url=raw_setting("store_url"),
+            disabled=_parse_bool("disabled", raw_setting("disabled")),
+            spool_dir=Path(raw_setting("spool_dir")).expanduser(),
+            emit_timeout=_parse_positive_float("emit_timeout", raw_setting("emit_timeout")),
+        )
