@@ -54,7 +54,7 @@ class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", omit_de
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts",)
 
 
-class JobSubmitted(_Base, tag="job_submitted"):
+class JobSubmitted(_Base, tag="job_submitted", frozen=True):
     """The job (a DAG run) was submitted: the start of its E2E wall time."""
 
     tenant: str = "default"
@@ -64,14 +64,14 @@ class JobSubmitted(_Base, tag="job_submitted"):
     attrs: dict[str, Any] = {}
 
 
-class AttemptStarted(_Base, tag="attempt_started"):
+class AttemptStarted(_Base, tag="attempt_started", frozen=True):
     """One start of the trainer process (an Airflow try, or an in-task restart)."""
 
     attempt: str
     host: str | None = None
 
 
-class AttemptEnded(_Base, tag="attempt_ended"):
+class AttemptEnded(_Base, tag="attempt_ended", frozen=True):
     """The attempt is gone and holds nothing any more (`ts`).
 
     `detected_ts`, for a failure, is when the failure was noticed; the time from the
@@ -89,7 +89,7 @@ class AttemptEnded(_Base, tag="attempt_ended"):
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "detected_ts")
 
 
-class PhaseStarted(_Base, tag="phase_started"):
+class PhaseStarted(_Base, tag="phase_started", frozen=True):
     """A Level-3 phase began. `span` tells apart two running phases of the same name."""
 
     phase: str
@@ -98,14 +98,14 @@ class PhaseStarted(_Base, tag="phase_started"):
     component: ComponentName | None = None
 
 
-class PhaseEnded(_Base, tag="phase_ended"):
+class PhaseEnded(_Base, tag="phase_ended", frozen=True):
     phase: str
     attempt: str | None = None
     span: str = ""
     component: ComponentName | None = None
 
 
-class Progress(_Base, tag="progress"):
+class Progress(_Base, tag="progress", frozen=True):
     """Training steps `[step_start, step_end)` read data `[cursor_start, cursor_end)`
     between `start_ts` and `ts`. Only one reporter per job (rank 0) sends these."""
 
@@ -120,7 +120,7 @@ class Progress(_Base, tag="progress"):
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
 
 
-class CheckpointSaved(_Base, tag="checkpoint_saved"):
+class CheckpointSaved(_Base, tag="checkpoint_saved", frozen=True):
     """A checkpoint was committed at `ts`. The train loop was blocked from `start_ts` for
     `blocking_s`; the save took `total_s` in all (the rest ran in the background).
     `final` marks the save after the last step, which belongs to shutdown."""
@@ -137,13 +137,13 @@ class CheckpointSaved(_Base, tag="checkpoint_saved"):
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
 
 
-class JobEnded(_Base, tag="job_ended"):
+class JobEnded(_Base, tag="job_ended", frozen=True):
     """The job stopped holding GPUs (`ts`): the end of its E2E wall time."""
 
     status: JobStatus
 
 
-class ModelPublished(_Base, tag="model_published"):
+class ModelPublished(_Base, tag="model_published", frozen=True):
     """The trained model became available; reported apart from E2E when it is later."""
 
     uri: str | None = None
@@ -160,19 +160,19 @@ Event = (
     | JobEnded
     | ModelPublished
 )
+_EVENT_CLASSES: Final[tuple[type[Any], ...]] = (
+    JobSubmitted,
+    AttemptStarted,
+    AttemptEnded,
+    PhaseStarted,
+    PhaseEnded,
+    Progress,
+    CheckpointSaved,
+    JobEnded,
+    ModelPublished,
+)
 EVENT_TYPES: Final[dict[str, type[Any]]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[attr-defined]
-    for cls in (
-        JobSubmitted,
-        AttemptStarted,
-        AttemptEnded,
-        PhaseStarted,
-        PhaseEnded,
-        Progress,
-        CheckpointSaved,
-        JobEnded,
-        ModelPublished,
-    )
+    str(cls.__struct_config__.tag): cls for cls in _EVENT_CLASSES
 }
 
 
@@ -313,6 +313,9 @@ def _check_semantics(e: Event) -> None:
                              field="detected_ts", value=e.detected_ts)
     elif isinstance(e, PhaseStarted | PhaseEnded):
         known = PHASES.get(e.phase)
+        if e.component == "effective_training":
+            raise EventError("effective time comes only from progress events, not phases",
+                             field="component", value=e.component)
         if known is None:
             if e.component is None:
                 raise EventError("unknown phase; name a registered phase or declare its "

@@ -62,17 +62,19 @@ _REGISTRY: Final[tuple[Phase, ...]] = (
     Phase("cache_prewarm", COMPILATION, False, "compile-cache prewarm before the GPU task"),
     Phase("cache_load", COMPILATION, False, "fetch and load compile-cache artifacts"),
     # effective training
-    Phase("effective_steps", EFFECTIVE, True, "steps that move the cursor past its high-water mark"),
+    Phase("effective_steps", EFFECTIVE, True, "steps moving the cursor past its high-water mark"),
     # wasted training: in the loop, but no new data
     Phase("replay", WASTED, True, "steps that re-read data already consumed"),
     Phase("checkpoint_save_blocking", WASTED, False, "the train loop blocked by a checkpoint save"),
     Phase("data_wait", WASTED, False, "the train loop waiting for a batch"),
     Phase("stall", WASTED, False, "any other pause in the train loop"),
+    Phase("loop_gap", WASTED, True, "time between steps no phase claims"),
     Phase("detection", WASTED, True, "last progress of a failed attempt -> failure detected"),
     # shutdown: until the GPUs are released
     Phase("final_checkpoint", SHUTDOWN, False, "the last checkpoint after the last step"),
     Phase("teardown", SHUTDOWN, False, "process-group destroy, workers stop, exit"),
     Phase("publish_in_gpu", SHUTDOWN, False, "publishing the model while still holding GPUs"),
+    Phase("shutdown_other", SHUTDOWN, True, "after a finished attempt's last step, unclaimed"),
     Phase("failed_attempt_shutdown", SHUTDOWN, True, "failure detected -> failed attempt gone"),
     Phase("gpu_release", SHUTDOWN, True, "last attempt ended -> the job released its GPUs"),
 )

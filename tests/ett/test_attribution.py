@@ -1,0 +1,297 @@
+"""Hand-computed timelines: every expected number below was worked out on paper from the
+scenario, not read back from the code."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from airflow_ett.ett.attribution import AttributionError, attribute, attribute_job
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    Event,
+    JobEnded,
+    JobSubmitted,
+    PhaseEnded,
+    PhaseStarted,
+    Progress,
+)
+from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
+from airflow_ett.ett.timeline import US_PER_S
+
+S = 1_780_000_000.0  # the simulator's default submission time
+BASE = JobSpec()  # queue 10 s; startup 2+4+3+8 s; 100 steps x 0.5 s; ckpt every 25 (1 s)
+
+
+def seconds(result_dict: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 6) for k, v in result_dict.items()}
+
+
+def components(spec: JobSpec, now: float | None = None) -> dict[str, float]:
+    return seconds(attribute_job(simulate(spec), now=now).to_dict()["components"])
+
+
+class Maker:
+    """Builds events for hand-written timelines with times relative to t=0."""
+
+    def __init__(self, job: str = "j") -> None:
+        self.job = job
+        self.n = 0
+
+    def __call__(self, cls: type, **fields: object) -> Event:
+        self.n += 1
+        return cls(id=f"{self.job}-{self.n}", job=self.job, **fields)  # type: ignore[no-any-return]
+
+
+def test_clean_run() -> None:
+    r = attribute_job(simulate(BASE))
+    d = r.to_dict()
+    assert d["e2e_s"] == 83.0  # 10 queue + 17 startup + 50 steps + 3 ckpt + 2 final + 1 down
+    assert seconds(d["components"]) == {
+        "scheduling": 10.0,
+        "initialization": 9.0,
+        "compilation": 8.0,
+        "effective_training": 50.0,
+        "wasted_training": 3.0,
+        "shutdown": 3.0,
+    }
+    assert d["ett_pct"] == pytest.approx(100 * 50 / 83)
+    assert d["tts_s"] == 27.0
+    assert d["ttr_s"] == []
+    assert d["nof"]["total"] == 0
+    assert d["in_loop_waste_s"] == 3.0
+    assert d["shutdown_s"] == 3.0
+    assert d["csbt_s"] == 3.0
+    assert d["checkpoints"]["saves"] == 3 and d["checkpoints"]["final_saves"] == 1
+    assert not d["provisional"]
+    assert d["warnings"] == []
+
+
+def test_one_failure_with_replay() -> None:
+    # Fails after step 40; last checkpoint at 25 -> steps 25..40 (7.5 s) are replayed.
+    spec = replace(BASE, failures=(InjectedFailure(at_step=40),))
+    d = attribute_job(simulate(spec)).to_dict()
+    assert d["e2e_s"] == 116.5
+    assert seconds(d["components"]) == {
+        "scheduling": 15.0,  # queue 10 + rescheduling 5
+        "initialization": 20.0,  # 9 per startup, twice, + restore 2
+        "compilation": 16.0,
+        "effective_training": 50.0,
+        "wasted_training": 11.5,  # ckpt blocking 3 + detection 1 + replay 7.5
+        "shutdown": 4.0,  # failed-attempt shutdown 1 + final ckpt 2 + teardown 1
+    }
+    assert d["phases"]["replay"] == 7.5
+    assert d["tts_s"] == 27.0
+    assert d["ttr_s"] == [33.5]  # last progress at +48 -> next new data at +81.5
+    assert d["ttr_from_detection_s"] == [32.5]
+    (failure,) = d["failures"]
+    assert seconds(failure["stages"]) == {
+        "detection": 1.0,
+        "shutdown": 1.0,
+        "rescheduling": 5.0,
+        "startup": 17.0,
+        "restore": 2.0,
+        "replay": 7.5,
+    }
+    assert d["nof"] == {"preemption": 0, "infra": 0, "application": 1, "unknown": 0,
+                        "total": 1}
+    assert d["in_loop_waste_s"] == 3.0
+    assert d["shutdown_s"] == 3.0
+    # Level 1 and Level 2 describe the same 116.5 s.
+    assert d["tts_s"] + sum(d["ttr_s"]) + d["effective_s"] + d["in_loop_waste_s"] \
+        + d["shutdown_s"] == pytest.approx(d["e2e_s"], abs=1e-9)
+    assert [a["status"] for a in d["attempts"]] == ["failed", "success"]
+    assert [a["effective_s"] for a in d["attempts"]] == [20.0, 30.0]
+
+
+def test_preemption_counts_apart() -> None:
+    spec = replace(BASE, failures=(InjectedFailure(at_step=40, cause="preemption"),))
+    r = attribute_job(simulate(spec))
+    assert r.nof["preemption"] == 1 and r.nof["total"] == 1
+    rates = r.failure_rates()
+    assert rates["attempts"] == 2
+    assert rates["failures_per_attempt"] == 0.5
+    assert rates["attempts_without_preemption"] == 1
+    assert rates["failures_per_attempt_without_preemption"] == 0.0
+
+
+def test_parallel_init_counts_wall_time_once() -> None:
+    # Startup phases all start together: the 8 s compile covers the 2/4/3 s ones, and
+    # compilation outranks initialization where they overlap.
+    spec = replace(BASE, parallel_init=True)
+    d = attribute_job(simulate(spec)).to_dict()
+    assert d["e2e_s"] == 74.0  # 83 - 17 + 8
+    assert d["components"]["compilation"] == 8.0
+    assert d["components"]["initialization"] == 0.0
+    assert d["tts_s"] == 18.0
+    assert seconds(d["phases_raw"]) == {
+        "checkpoint_save_blocking": 3.0,
+        "compile": 8.0,
+        "data_pipeline_init": 4.0,
+        "final_checkpoint": 2.0,
+        "model_creation": 3.0,
+        "teardown": 1.0,
+        "trainer_init": 2.0,
+    }
+
+
+def test_overlap_longer_than_compile_keeps_the_rest_in_initialization() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="a"),
+        m(PhaseStarted, ts=0.0, attempt="a", phase="data_pipeline_init"),
+        m(PhaseStarted, ts=0.0, attempt="a", phase="compile"),
+        m(PhaseStarted, ts=2.0, attempt="a", phase="model_creation"),
+        m(PhaseEnded, ts=5.0, attempt="a", phase="model_creation"),
+        m(PhaseEnded, ts=6.0, attempt="a", phase="compile"),
+        m(PhaseEnded, ts=10.0, attempt="a", phase="data_pipeline_init"),
+        m(Progress, ts=20.0, start_ts=10.0, attempt="a", step_start=0, step_end=5,
+          cursor_start=0, cursor_end=50),
+        m(AttemptEnded, ts=20.0, attempt="a", status="success"),
+        m(JobEnded, ts=20.0, status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert d["phases"] == {"compile": 6.0, "data_pipeline_init": 4.0, "effective_steps": 10.0}
+    assert d["phases_raw"]["model_creation"] == 3.0
+    assert d["tts_s"] == 10.0
+    assert d["ett_pct"] == 50.0
+
+
+def test_hang_before_detection_is_wasted_and_excluded_from_ttr_after_detection() -> None:
+    hang = InjectedFailure(at_step=40, cause="infra", detection_s=120.0)
+    d = attribute_job(simulate(replace(BASE, failures=(hang,)))).to_dict()
+    assert d["phases"]["detection"] == 120.0
+    assert d["ttr_s"] == [33.5 + 119.0]
+    assert d["ttr_from_detection_s"] == [32.5]
+    assert d["components"]["wasted_training"] == 11.5 + 119.0
+    assert d["failures"][0]["detection_s"] == 120.0
+
+
+def test_job_still_running_is_provisional_up_to_now() -> None:
+    spec = replace(BASE, running_until_step=60)
+    # Progress to step 60 ends at +59 (27 startup + 30 steps + 2 ckpt); now is +70.
+    r = attribute_job(simulate(spec), now=S + 70)
+    d = r.to_dict()
+    assert d["provisional"] is True
+    assert d["e2e_s"] == 70.0
+    assert seconds(d["components"]) == {
+        "scheduling": 10.0,
+        "initialization": 9.0,
+        "compilation": 8.0,
+        "effective_training": 30.0,
+        "wasted_training": 13.0,  # 2 ckpt + 11 since the last report, still in the loop
+        "shutdown": 0.0,
+    }
+    assert d["shutdown_s"] == 0.0
+    assert d["in_loop_waste_s"] == 13.0
+    assert d["attempts"][0]["status"] == "running"
+    later = attribute_job(simulate(spec), now=S + 80).to_dict()
+    assert later["e2e_s"] == 80.0
+
+
+def test_running_job_waiting_for_its_retry_is_in_recovery() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="1"),
+        m(Progress, ts=10.0, start_ts=0.0, attempt="1", step_start=0, step_end=1,
+          cursor_start=0, cursor_end=10),
+        m(AttemptEnded, ts=12.0, attempt="1", status="failed", cause="infra"),
+    ]
+    d = attribute_job(events, now=30.0).to_dict()
+    assert d["provisional"]
+    assert d["ttr_s"] == [20.0]
+    assert d["phases"] == {"effective_steps": 10.0, "detection": 2.0, "rescheduling": 18.0}
+
+
+def test_failure_before_first_effective_step_lengthens_tts() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=1.0, attempt="1"),
+        m(PhaseStarted, ts=1.0, attempt="1", phase="model_creation"),
+        m(AttemptEnded, ts=4.0, attempt="1", status="failed", cause="application",
+          detected_ts=3.0),
+        m(AttemptStarted, ts=6.0, attempt="2"),
+        m(Progress, ts=16.0, start_ts=8.0, attempt="2", step_start=0, step_end=8,
+          cursor_start=0, cursor_end=80),
+        m(AttemptEnded, ts=17.0, attempt="2", status="success"),
+        m(JobEnded, ts=17.0, status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert d["tts_s"] == 8.0
+    assert d["ttr_s"] == []
+    assert d["nof"]["total"] == 1
+    assert d["failures"][0]["during_tts"] is True
+    assert d["failures"][0]["ttr_s"] is None
+    # The open model_creation phase runs to its attempt's end and outranks the implied
+    # failed-attempt shutdown.
+    assert d["phases"]["model_creation"] == 3.0
+    assert d["phases"]["startup_other"] == 2.0
+    assert d["shutdown_s"] == 1.0
+
+
+def test_missing_attempt_end_is_inferred_from_the_next_attempt() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="1"),
+        m(Progress, ts=5.0, start_ts=0.0, attempt="1", step_start=0, step_end=5,
+          cursor_start=0, cursor_end=5),
+        # attempt 1 was SIGKILLed: nobody reported its end
+        m(AttemptStarted, ts=9.0, attempt="2"),
+        m(Progress, ts=14.0, start_ts=9.0, attempt="2", step_start=5, step_end=10,
+          cursor_start=5, cursor_end=10),
+        m(JobEnded, ts=14.0, status="success"),
+    ]
+    r = attribute_job(events)
+    assert r.nof == {"preemption": 0, "infra": 0, "application": 0, "unknown": 1, "total": 1}
+    assert r.attempts[0].inferred and r.attempts[0].end == 9.0
+    assert r.attempts[1].status == "success"
+    assert r.phases_us["detection"] == 4 * US_PER_S
+    assert any("never reported its end" in w for w in r.warnings)
+
+
+def test_straddling_span_is_split_at_the_high_water_mark() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="1"),
+        m(Progress, ts=10.0, start_ts=0.0, attempt="1", step_start=0, step_end=10,
+          cursor_start=0, cursor_end=100),
+        m(AttemptEnded, ts=10.0, attempt="1", status="failed", cause="infra"),
+        m(AttemptStarted, ts=10.0, attempt="2"),
+        # resumed from cursor 60: 40 of these 100 cursor units are replay
+        m(Progress, ts=20.0, start_ts=10.0, attempt="2", step_start=6, step_end=16,
+          cursor_start=60, cursor_end=160),
+        m(AttemptEnded, ts=20.0, attempt="2", status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert d["phases"] == {"effective_steps": 16.0, "replay": 4.0}
+    assert d["ttr_s"] == [4.0]
+    assert d["provisional"] is False  # the last attempt succeeded: the job is over
+
+
+def test_several_jobs_and_errors() -> None:
+    a = simulate(replace(BASE, job="a"))
+    b = simulate(replace(BASE, job="b", failures=(InjectedFailure(at_step=10),)))
+    results = attribute(a + b)
+    assert list(results) == ["a", "b"]
+    assert results["b"].nof["total"] == 1
+    with pytest.raises(AttributionError, match="2 jobs"):
+        attribute_job(a + b)
+    with pytest.raises(AttributionError, match="no events"):
+        attribute_job([])
+
+
+def test_publish_after_release_is_reported_apart() -> None:
+    from airflow_ett.ett.events import ModelPublished
+
+    events = simulate(BASE)
+    published = ModelPublished(id="pub", job=BASE.job, ts=S + 83 + 12.5, uri="file:///m")
+    d = attribute_job([*events, published]).to_dict()
+    assert d["e2e_s"] == 83.0
+    assert d["model_available_after_release_s"] == 12.5
