@@ -56,7 +56,7 @@ from airflow_ett.ett.phases import (
     component_of,
     ttr_stage,
 )
-from airflow_ett.ett.timeline import Timeline, paint, resolve_overlaps, to_s, to_us
+from airflow_ett.ett.timeline import US_PER_S, Timeline, paint, resolve_overlaps, to_s, to_us
 
 EFFECTIVE_LABEL = "effective_steps"
 REPLAY_LABEL = "replay"
@@ -291,15 +291,16 @@ class AttributionError(ValueError):
 def dedupe(events: Iterable[Event]) -> tuple[list[Event], int]:
     """One event per id. Two different events under one id are a producer bug; keep the
     one with the smaller JSON form so that the outcome does not depend on arrival order."""
-    by_id: dict[str, Event] = {}
+    given = events if isinstance(events, list) else list(events)
+    by_id = {event.id: event for event in given}
+    if len(by_id) == len(given):  # the common case: no id seen twice
+        return given, 0
     conflicts = 0
-    for event in events:
-        prev = by_id.get(event.id)
-        if prev is None:
-            by_id[event.id] = event
-        elif prev != event:
+    for event in given:
+        kept = by_id[event.id]
+        if kept is not event and kept != event:
             conflicts += 1
-            if event_to_json(event) < event_to_json(prev):
+            if event_to_json(event) < event_to_json(kept):
                 by_id[event.id] = event
     return list(by_id.values()), conflicts
 
@@ -348,15 +349,20 @@ def _attribute_unique(
             found = attempts[attempt_id] = _Attempt(attempt_id)
         return found
 
+    # The hot loop: one pass, progress first (nearly every event is one), names local.
+    us = US_PER_S
+    rnd = round
+    last_attempt: _Attempt | None = None
     for e in events:
-        t = to_us(e.ts)
+        t = rnd(e.ts * us)
         if earliest is None or t < earliest:
             earliest = t
-        if isinstance(e, Progress):  # by far the most frequent: test it first
-            a = attempt_of(e.attempt)
-            start = to_us(e.start_ts)
-            a.spans.append((start, t, e.cursor_start, e.cursor_end))
-            a.seen(start)
+        if isinstance(e, Progress):
+            if last_attempt is None or last_attempt.id != e.attempt:
+                last_attempt = attempt_of(e.attempt)
+            last_attempt.spans.append(
+                (rnd(e.start_ts * us), t, e.cursor_start, e.cursor_end)
+            )
         elif isinstance(e, PhaseStarted | PhaseEnded):
             phase_marks.append(e)
             if e.attempt is not None:
@@ -386,6 +392,10 @@ def _attribute_unique(
         elif isinstance(e, ModelPublished):
             published.append(e)
     assert earliest is not None
+    for a in attempts.values():
+        if a.spans:
+            a.spans.sort()
+            a.seen(a.spans[0][0])
 
     # --- the job's window ---------------------------------------------------------
     meta = min(submitted, key=lambda s: (s.ts, s.id)) if submitted else None
@@ -448,10 +458,14 @@ def _attribute_unique(
         base.add(t_prev, a.start, "queued" if i == 0 else "rescheduling")
         t = a.start
         had_progress = False
-        a.spans.sort()
+        a_end = a.end
         for span_start, span_end, c0, c1 in a.spans:
-            lo = min(max(span_start, t), a.end)
-            hi = min(max(span_end, lo), a.end)
+            lo = span_start if span_start > t else t
+            if lo > a_end:
+                lo = a_end
+            hi = span_end if span_end > lo else lo
+            if hi > a_end:
+                hi = a_end
             if lo > t:
                 base.add(t, lo, "loop_gap" if had_progress else "startup_other")
             if (hwm is not None and c1 <= hwm) or c1 == c0:
@@ -462,9 +476,12 @@ def _attribute_unique(
                 cut = lo + (hi - lo) * (hwm - c0) // (c1 - c0)
                 base.add(lo, cut, REPLAY_LABEL)
                 base.add(cut, hi, EFFECTIVE_LABEL)
-            hwm = c1 if hwm is None or c1 > hwm else hwm
+            if hwm is None or c1 > hwm:
+                hwm = c1
             had_progress = True
-            t = max(t, hi)
+            if hi > t:
+                t = hi
+        if had_progress:
             a.last_progress_end = t
         if a.status == "failed":
             lower = t
