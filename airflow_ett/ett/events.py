@@ -331,9 +331,12 @@ def _check_semantics(e: Event) -> None:
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON-ready form, with `type` first and empty optional fields left out."""
-    out: dict[str, Any] = msgspec.to_builtins(event)
-    out["v"] = event.v
-    return out
+    fields: dict[str, Any] = msgspec.to_builtins(event)
+    head = {"type": fields.pop("type"), "v": event.v, "id": event.id, "job": event.job,
+            "ts": event.ts}
+    for name in ("v", "id", "job", "ts"):
+        fields.pop(name, None)
+    return head | fields
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -43,6 +43,7 @@ class JobSpec:
     tenant: str = "ads-ranking"
     model: str = "dlrm_small"
     dag_id: str | None = "ett_dlrm_demo"
+    run_id: str | None = None  # default: manual__<job>
     submit_ts: float = 1_780_000_000.0
     queue_s: float = 10.0
     startup: tuple[tuple[str, float], ...] = (
@@ -82,7 +83,7 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
     job = spec.job
     t = spec.submit_ts
     yield JobSubmitted(id=next_id(), job=job, ts=t, tenant=spec.tenant, model=spec.model,
-                       dag_id=spec.dag_id, run_id=f"manual__{job}", attrs=dict(spec.extra))
+                       dag_id=spec.dag_id, run_id=spec.run_id or f"manual__{job}", attrs=dict(spec.extra))
     t += spec.queue_s
     pending = sorted(spec.failures, key=lambda f: f.at_step)
     saved_step = 0
@@ -151,3 +152,40 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
                            exit_code=0)
         yield JobEnded(id=next_id(), job=job, ts=t, status="success")
         return
+
+
+EXAMPLE_SPEC = JobSpec(
+    job="ranking_ctr_v7__manual__2026-11-28T09:00:00",
+    tenant="ads-ranking",
+    model="dlrm_small",
+    dag_id="ranking_ctr_v7",
+    run_id="manual__2026-11-28T09:00:00",
+    submit_ts=1_795_856_400.0,  # 2026-11-28T09:00:00Z
+    queue_s=42.0,
+    startup=(
+        ("hardware_setup", 6.0),
+        ("process_group_init", 11.0),
+        ("trainer_init", 9.0),
+        ("data_pipeline_init", 48.0),
+        ("model_creation", 21.0),
+        ("compile", 96.0),
+    ),
+    restore_s=14.0,
+    steps=6000,
+    step_s=0.25,
+    batch=4096,
+    progress_every=50,
+    checkpoint_every=1000,
+    checkpoint_blocking_s=4.5,
+    checkpoint_total_s=19.0,
+    final_checkpoint_s=12.0,
+    teardown_s=7.0,
+    failures=(
+        InjectedFailure(at_step=2600, cause="infra", detection_s=35.0, shutdown_s=8.0,
+                        reschedule_s=64.0),
+        InjectedFailure(at_step=4300, cause="preemption", detection_s=2.0, shutdown_s=25.0,
+                        reschedule_s=180.0),
+    ),
+)
+"""The bundled example log (`airflow_ett/examples/demo_job.jsonl`): a 25-minute DLRM job
+with an infra failure and a preemption. A test keeps the file equal to this spec."""

@@ -1,0 +1,253 @@
+"""`airflow-ett`: compute, store and inspect ETT breakdowns from the shell.
+
+Bad input is one clear line on stderr and a non-zero exit, never a traceback: exit 1 for
+input or runtime problems (a bad file, an unreachable store), 2 for usage errors
+(argparse's own convention). Imports stay inside commands so that `compute` on a
+laptop needs neither SQLAlchemy nor Airflow loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+MAX_REPORTED_ERRORS = 20
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as one line, exit status 1."""
+
+
+def _fail(message: str) -> NoReturn:
+    raise CliError(message)
+
+
+def _time_arg(text: str) -> float:
+    """Unix seconds or an ISO-8601 date/time (UTC when no zone is given)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (use Unix seconds or ISO-8601, e.g. 2026-11-28T10:00Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _print_json(obj: Any, out: TextIO) -> None:
+    json.dump(obj, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+# --- compute ---------------------------------------------------------------------------
+
+
+def _cmd_compute(args: argparse.Namespace) -> int:
+    from airflow_ett.ett.attribution import attribute
+    from airflow_ett.ett.events import parse_lines
+    from airflow_ett.report_text import render_job
+
+    source = args.events
+    if source == "-":
+        parsed = parse_lines(sys.stdin)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            _fail(f"events file not found: {source}")
+        try:
+            with path.open("rb") as fh:
+                parsed = parse_lines(fh)
+        except OSError as exc:
+            _fail(f"cannot read {source}: {exc.strerror or exc}")
+    for error in parsed.errors[:MAX_REPORTED_ERRORS]:
+        print(f"airflow-ett: skipped {source}: {error}", file=sys.stderr)
+    if len(parsed.errors) > MAX_REPORTED_ERRORS:
+        print(f"airflow-ett: ... and {len(parsed.errors) - MAX_REPORTED_ERRORS} more bad "
+              "lines", file=sys.stderr)
+    if args.strict and parsed.errors:
+        _fail(f"{len(parsed.errors)} bad line(s) in {source} (--strict)")
+    if not parsed.events:
+        _fail(f"no valid events in {source}")
+
+    results = attribute(parsed.events, now=args.now)
+    if args.job is not None:
+        if args.job not in results:
+            _fail(f"job {args.job!r} is not in {source}; jobs there: {sorted(results)[:10]}")
+        results = {args.job: results[args.job]}
+    dicts = [r.to_dict(include_timeline=args.timeline) for r in results.values()]
+    if args.json:
+        _print_json(dicts[0] if len(dicts) == 1 else dicts, sys.stdout)
+    else:
+        print("\n\n".join(render_job(d) for d in dicts))
+    return 0
+
+
+# --- store-backed commands ---------------------------------------------------------------
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    if args.store_url:
+        return str(args.store_url)
+    from airflow_ett.settings import EttSettings
+
+    return EttSettings.load().store_url
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from airflow_ett.store import current, mask_url, upgrade
+
+    url = _store_url(args)
+    upgrade(url)
+    print(f"ETT store at {mask_url(url)} is at revision {current(url)}")
+    return 0
+
+
+def _cmd_runs_list(args: argparse.Namespace) -> int:
+    from airflow_ett.store import EttStore
+
+    store = EttStore(_store_url(args))
+    try:
+        rows = store.list_runs(since=args.since, until=args.until, tenant=args.tenant,
+                               model=args.model, dag_id=args.dag_id, limit=args.limit)
+    finally:
+        store.close()
+    if args.json:
+        _print_json([dataclasses.asdict(row) for row in rows], sys.stdout)
+        return 0
+    if not rows:
+        print("no runs match")
+        return 0
+    print(f"{'job':<36} {'tenant':<16} {'model':<16} {'submitted (UTC)':<20} {'status':<10}")
+    for row in rows:
+        submitted = (
+            datetime.fromtimestamp(row.submitted_ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            if row.submitted_ts is not None else "-"
+        )
+        print(f"{row.job:<36} {row.tenant or '-':<16} {row.model or '-':<16} "
+              f"{submitted:<20} {row.status:<10}")
+    return 0
+
+
+def _cmd_runs_show(args: argparse.Namespace) -> int:
+    from airflow_ett.report_text import render_job
+    from airflow_ett.store import EttStore, JobNotFound
+
+    store = EttStore(_store_url(args))
+    try:
+        summary = store.summary(args.run, now=args.now)
+    except JobNotFound:
+        _fail(f"no run {args.run!r} in the ETT store")
+    finally:
+        store.close()
+    if args.json:
+        _print_json(summary, sys.stdout)
+    else:
+        print(render_job(summary))
+    return 0
+
+
+def _cmd_spool_replay(args: argparse.Namespace) -> int:
+    from airflow_ett.emit import replay_spool
+    from airflow_ett.settings import EttSettings
+
+    spool_dir = args.spool_dir or str(EttSettings.load().spool_dir)
+    if not Path(spool_dir).is_dir():
+        print(f"nothing to replay: {spool_dir} does not exist")
+        return 0
+    result = replay_spool(_store_url(args), spool_dir)
+    print(f"replayed {result.replayed} event(s) from {result.files} file(s) in {spool_dir}")
+    for error in result.errors:
+        print(f"airflow-ett: {error}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="airflow-ett",
+        description="Effective Training Time: where a training job's wall time went.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    compute = sub.add_parser("compute", help="ETT breakdown of an event log (JSON Lines)")
+    compute.add_argument("events", help="events file, one JSON object per line ('-': stdin)")
+    compute.add_argument("--json", action="store_true", help="machine-readable output")
+    compute.add_argument("--job", help="only this job (when the log holds several)")
+    compute.add_argument("--now", type=_time_arg,
+                         help="the 'now' for jobs still running (default: the clock)")
+    compute.add_argument("--timeline", action="store_true",
+                         help="include the labelled timeline segments in --json output")
+    compute.add_argument("--strict", action="store_true", help="fail on any bad line")
+    compute.set_defaults(func=_cmd_compute)
+
+    def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--store-url", help="SQLAlchemy URL (default: [ett] store_url)")
+        return p
+
+    db = sub.add_parser("db", help="the ETT store's schema").add_subparsers(
+        dest="db_command", required=True, metavar="ACTION")
+    with_store(db.add_parser("upgrade", help="create or migrate the schema")).set_defaults(
+        func=_cmd_db_upgrade)
+
+    runs = sub.add_parser("runs", help="runs recorded in the ETT store").add_subparsers(
+        dest="runs_command", required=True, metavar="ACTION")
+    listing = with_store(runs.add_parser("list", help="runs, newest first"))
+    listing.add_argument("--since", type=_time_arg, help="submitted at or after")
+    listing.add_argument("--until", type=_time_arg, help="submitted before")
+    listing.add_argument("--tenant")
+    listing.add_argument("--model")
+    listing.add_argument("--dag-id")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=_cmd_runs_list)
+    show = with_store(runs.add_parser("show", help="one run's ETT breakdown"))
+    show.add_argument("run", help="the job id (the run's id in the store)")
+    show.add_argument("--now", type=_time_arg, help="'now' for a run still going")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=_cmd_runs_show)
+
+    spool = sub.add_parser("spool", help="events waiting in the local spool").add_subparsers(
+        dest="spool_command", required=True, metavar="ACTION")
+    replay = with_store(spool.add_parser("replay", help="deliver spooled events to the store"))
+    replay.add_argument("--spool-dir", help="default: [ett] spool_dir")
+    replay.set_defaults(func=_cmd_spool_replay)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from airflow_ett.settings import SettingsError
+
+    args = build_parser().parse_args(argv)
+    known: tuple[type[BaseException], ...] = (CliError, SettingsError)
+    try:
+        from airflow_ett.store import StoreError
+
+        known = (*known, StoreError)
+    except ImportError:  # pragma: no cover - the store ships with the package
+        pass
+    try:
+        return int(args.func(args))
+    except known as exc:
+        print(f"airflow-ett: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `airflow-ett compute ... | head`
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
