@@ -1,0 +1,122 @@
+"""The store's own SQLAlchemy engine, tuned for several writer processes.
+
+The store never borrows Airflow's session: workers have no metadata-DB access in
+Airflow 3, and scheduler-side hooks must not commit inside the scheduler's transaction.
+
+SQLite is the embedded default and sees several writers at once (task processes, the
+scheduler's listener, the CLI). What keeps them from failing:
+
+- WAL journal: readers never block the writer, nor the writer them.
+- A busy timeout (30 s): a writer that finds the lock taken waits instead of failing.
+- `BEGIN IMMEDIATE` for write transactions: the write lock is taken when the transaction
+  starts. With a plain (deferred) BEGIN a transaction that read first must *upgrade* its
+  lock, and SQLite fails that upgrade at once with "database is locked", busy timeout or
+  not, since waiting could deadlock. Taking the lock up front makes writers queue.
+  sqlite3's own implicit BEGIN is switched off so that SQLAlchemy's `begin` event can
+  emit ours (the recipe in SQLAlchemy's SQLite dialect docs).
+- `synchronous=NORMAL`: durable at every checkpoint and safe against corruption in WAL
+  mode; a power cut may lose the last commits, which the emitter's replay tolerates.
+
+Write transactions are marked with the execution option `ett_write=True` (see `writer`);
+everything else gets a deferred BEGIN, so reads never take the write lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from airflow_ett.store.errors import StoreError, StoreUnavailable, mask_url
+
+BUSY_TIMEOUT_S: Final = 30.0
+CONNECT_TIMEOUT_S: Final = 10
+WRITE_OPTION: Final = "ett_write"
+_DRIVERS: Final = {"sqlite": {"pysqlite"}, "postgresql": {"psycopg2"}}
+
+
+def parse_url(url: str) -> URL:
+    """Parse and vet a store URL, raising `StoreError` for one the store cannot use."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise StoreError(f"ETT store URL {mask_url(url)} is not a valid SQLAlchemy URL: "
+                         f"{exc}") from None
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    if driver not in _DRIVERS.get(backend, set()):
+        raise StoreError(f"ETT store URL {mask_url(url)}: unsupported database "
+                         f"'{parsed.drivername}'; use sqlite:///PATH or "
+                         "postgresql+psycopg2://USER@HOST/DB")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise StoreError(f"ETT store URL {mask_url(url)}: in-memory SQLite cannot be shared "
+                         "between processes; give a file path, e.g. sqlite:////path/ett.db")
+    return parsed
+
+
+def is_sqlite(engine: Engine | Connection) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine (same pool), with its transactions marked as writes."""
+    return engine.execution_options(**{WRITE_OPTION: True})
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`; no connection is made yet.
+
+    For SQLite the file's folder is created here, so that a bad path fails now with a
+    clear message rather than as sqlite3's "unable to open database file".
+    """
+    parsed = parse_url(url)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            return _sqlite_engine(parsed)
+        return sa.create_engine(
+            parsed,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": CONNECT_TIMEOUT_S,
+                          "application_name": "airflow-ett"},
+        )
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise StoreError(f"ETT store URL {mask_url(url)}: {exc}") from None
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    assert url.database is not None
+    path = Path(url.database).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnavailable(f"ETT store {mask_url(url)} is unavailable: cannot create "
+                               f"{path.parent}: {exc.strerror or exc}") from None
+    engine = sa.create_engine(url.set(database=str(path)),
+                              connect_args={"timeout": BUSY_TIMEOUT_S})
+    sa.event.listen(engine, "connect", _on_sqlite_connect)
+    sa.event.listen(engine, "begin", _on_sqlite_begin)
+    return engine
+
+
+def _on_sqlite_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+    # Turn off sqlite3's implicit BEGIN; `_on_sqlite_begin` emits the right one.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        # Switching to WAL needs a lock; skip it when the file is already WAL (it persists).
+        if cursor.execute("PRAGMA journal_mode").fetchone() != ("wal",):
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()
+
+
+def _on_sqlite_begin(conn: Connection) -> None:
+    if conn.get_execution_options().get(WRITE_OPTION):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        conn.exec_driver_sql("BEGIN")

@@ -1,0 +1,1 @@
+"""Migration scripts (a package only so that the wheel ships them; Alembic skips this file)."""

@@ -1,0 +1,93 @@
+"""The store's tables, as the code sees them (the migrations are what creates them).
+
+Choices worth knowing:
+
+- `ett_events.id` is the producer's event id and the primary key: dedupe is the database's
+  job (INSERT ... ON CONFLICT DO NOTHING), so replays and concurrent writers cannot double
+  count, whatever the caller does.
+- `ett_events.seq` is the ingest order. PostgreSQL fills it from an identity sequence;
+  SQLite has no sequence for a column that is not the primary key, so the store numbers
+  rows itself inside its write transaction (SQLite writers are serialized by
+  `BEGIN IMMEDIATE`, so `max(seq) + i` cannot collide). Gaps are normal on both. On
+  PostgreSQL, seq is assigned at insert, not commit, so "seq > N" is not a safe cursor
+  for incremental readers while writers are active.
+- Payloads are the event's canonical JSON as text, not a JSON column: the bytes the model
+  reads back are exactly the ones written, identical on both databases, and nothing has to
+  parse them on the write path.
+- Times are float Unix seconds, as in the event format, so no time-zone conversion sits
+  between the events and the rows derived from them.
+- `ett_jobs.version` is the number of distinct events stored for the job. Every insert
+  that adds events bumps it in SQL (`version + n`), so it is an exact change counter that
+  the summary cache keys on.
+- No foreign keys: events may legitimately arrive in any order, and FK checks would add
+  row locks to the hot insert path for no gain.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+
+NAMING_CONVENTION: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+VERSION_TABLE: Final = "ett_alembic_version"
+"""Alembic's bookkeeping table, named so the store can share a database with others."""
+
+RUNNING: Final = "running"
+"""`ett_jobs.status` until a job_ended event arrives."""
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+events = sa.Table(
+    "ett_events",
+    metadata,
+    sa.Column("id", sa.String(), primary_key=True),
+    sa.Column("seq", sa.BigInteger(), sa.Identity(), nullable=False),
+    sa.Column("job", sa.String(), nullable=False),
+    sa.Column("type", sa.String(32), nullable=False),
+    sa.Column("ts", sa.Double(), nullable=False),
+    sa.Column("attempt", sa.String(), nullable=True),
+    sa.Column("payload", sa.Text(), nullable=False),
+    sa.Column("ingested_at", sa.Double(), nullable=False),
+    sa.Index("ix_ett_events_seq", "seq", unique=True),
+    sa.Index("ix_ett_events_job_ts", "job", "ts"),
+)
+
+jobs = sa.Table(
+    "ett_jobs",
+    metadata,
+    sa.Column("job", sa.String(), primary_key=True),
+    sa.Column("tenant", sa.String(), nullable=True),
+    sa.Column("model", sa.String(), nullable=True),
+    sa.Column("dag_id", sa.String(), nullable=True),
+    sa.Column("run_id", sa.String(), nullable=True),
+    sa.Column("submitted_ts", sa.Double(), nullable=True),
+    sa.Column("ended_ts", sa.Double(), nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("last_event_ts", sa.Double(), nullable=False),
+    sa.Column("version", sa.BigInteger(), nullable=False),
+    sa.Index("ix_ett_jobs_submitted_ts", "submitted_ts"),
+    sa.Index("ix_ett_jobs_tenant_submitted_ts", "tenant", "submitted_ts"),
+    sa.Index("ix_ett_jobs_model_submitted_ts", "model", "submitted_ts"),
+    sa.Index("ix_ett_jobs_dag_id_submitted_ts", "dag_id", "submitted_ts"),
+    sa.Index("ix_ett_jobs_ended_ts", "ended_ts"),
+)
+
+summaries = sa.Table(
+    "ett_summaries",
+    metadata,
+    sa.Column("job", sa.String(), primary_key=True),
+    sa.Column("version", sa.BigInteger(), nullable=False),
+    sa.Column("computed_at", sa.Double(), nullable=False),
+    sa.Column("provisional", sa.Boolean(), nullable=False),
+    sa.Column("payload", sa.Text(), nullable=False),
+)
+
+TABLES: Final = (events, jobs, summaries)
