@@ -1,0 +1,37 @@
+"""The examples in docs/events.md are real: parse and compute the first one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from airflow_ett.ett.attribution import attribute_job
+from airflow_ett.ett.events import parse_lines
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
+
+
+def json_blocks() -> list[str]:
+    return re.findall(r"```json\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def test_every_documented_line_is_a_valid_event() -> None:
+    for block in json_blocks():
+        result = parse_lines(block.splitlines())
+        assert result.errors == [], result.errors
+        assert result.events
+
+
+def test_clean_job_example_gives_the_documented_figures() -> None:
+    events = parse_lines(json_blocks()[0].splitlines()).events
+    d = attribute_job(events).to_dict()
+    assert d["e2e_s"] == 85.0
+    assert round(d["ett_pct"], 1) == 70.6
+    assert d["components"] == pytest.approx({
+        "scheduling": 10.0, "initialization": 0.0, "compilation": 10.0,
+        "effective_training": 60.0, "wasted_training": 0.0, "shutdown": 5.0,
+    })
+    assert d["phases"]["final_checkpoint"] == 2.0
+    assert d["phases"]["shutdown_other"] == 3.0
