@@ -53,12 +53,10 @@ def _print_json(obj: Any, out: TextIO) -> None:
 # --- compute ---------------------------------------------------------------------------
 
 
-def _cmd_compute(args: argparse.Namespace) -> int:
-    from airflow_ett.ett.attribution import attribute
+def _read_events(source: str, *, strict: bool) -> list[Any]:
+    """Parse an events file (or stdin), report bad lines on stderr, keep the good ones."""
     from airflow_ett.ett.events import parse_lines
-    from airflow_ett.report_text import render_job
 
-    source = args.events
     if source == "-":
         parsed = parse_lines(sys.stdin)
     else:
@@ -75,12 +73,20 @@ def _cmd_compute(args: argparse.Namespace) -> int:
     if len(parsed.errors) > MAX_REPORTED_ERRORS:
         print(f"airflow-ett: ... and {len(parsed.errors) - MAX_REPORTED_ERRORS} more bad "
               "lines", file=sys.stderr)
-    if args.strict and parsed.errors:
+    if strict and parsed.errors:
         _fail(f"{len(parsed.errors)} bad line(s) in {source} (--strict)")
     if not parsed.events:
         _fail(f"no valid events in {source}")
+    return list(parsed.events)
 
-    results = attribute(parsed.events, now=args.now)
+
+def _cmd_compute(args: argparse.Namespace) -> int:
+    from airflow_ett.ett.attribution import attribute
+    from airflow_ett.report_text import render_job
+
+    source = args.events
+    events = _read_events(source, strict=args.strict)
+    results = attribute(events, now=args.now)
     if args.job is not None:
         if args.job not in results:
             _fail(f"job {args.job!r} is not in {source}; jobs there: {sorted(results)[:10]}")
@@ -110,6 +116,21 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     url = _store_url(args)
     upgrade(url)
     print(f"ETT store at {mask_url(url)} is at revision {current(url)}")
+    return 0
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from airflow_ett.store import EttStore
+
+    events = _read_events(args.events, strict=args.strict)
+    store = EttStore(_store_url(args))
+    try:
+        new = store.insert_events(events)
+    finally:
+        store.close()
+    jobs = len({e.job for e in events})
+    print(f"stored {new} new event(s) of {len(events)} read ({len(events) - new} already "
+          f"there) for {jobs} job(s)")
     return 0
 
 
@@ -196,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--store-url", help="SQLAlchemy URL (default: [ett] store_url)")
         return p
+
+    ingest = with_store(sub.add_parser(
+        "ingest", help="store an event log (e.g. from your own trainer); idempotent"))
+    ingest.add_argument("events", help="events file, one JSON object per line ('-': stdin)")
+    ingest.add_argument("--strict", action="store_true", help="store nothing if a line is bad")
+    ingest.set_defaults(func=_cmd_ingest)
 
     db = sub.add_parser("db", help="the ETT store's schema").add_subparsers(
         dest="db_command", required=True, metavar="ACTION")

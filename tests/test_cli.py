@@ -41,7 +41,7 @@ def test_compute_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_compute_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compute", str(EXAMPLE), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert REQUIRED_KEYS <= set(d)
+    assert set(d) >= REQUIRED_KEYS
     assert d["nof"] == {"preemption": 1, "infra": 1, "application": 0, "unknown": 0,
                         "total": 2}
     assert len(d["ttr_s"]) == 2
@@ -103,11 +103,10 @@ def test_store_commands_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["db", "upgrade", "--store-url", url]) == 0
     assert "is at revision" in capsys.readouterr().out
 
-    from airflow_ett.store import EttStore
-
-    store = EttStore(url)
-    store.insert_events(simulate(EXAMPLE_SPEC))
-    store.close()
+    assert main(["ingest", str(EXAMPLE), "--store-url", url]) == 0
+    assert f"stored {len(simulate(EXAMPLE_SPEC))} new event(s)" in capsys.readouterr().out
+    assert main(["ingest", str(EXAMPLE), "--store-url", url]) == 0
+    assert "stored 0 new event(s)" in capsys.readouterr().out
 
     assert main(["runs", "list", "--store-url", url, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -158,7 +157,7 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     done = subprocess.run([exe, "compute", str(EXAMPLE), "--json"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert REQUIRED_KEYS <= set(json.loads(done.stdout))
+    assert set(json.loads(done.stdout)) >= REQUIRED_KEYS
     bad = subprocess.run([exe, "compute"], capture_output=True, text=True, timeout=60,
                          check=False)
     assert bad.returncode == 2 and "usage:" in bad.stderr
