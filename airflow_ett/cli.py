@@ -149,14 +149,15 @@ def _cmd_runs_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no runs match")
         return 0
-    print(f"{'job':<36} {'tenant':<16} {'model':<16} {'submitted (UTC)':<20} {'status':<10}")
+    width = max(len("job"), *(len(row.job) for row in rows))
+    print(f"{'job':<{width}}  {'tenant':<16} {'model':<16} {'submitted (UTC)':<20} status")
     for row in rows:
         submitted = (
             datetime.fromtimestamp(row.submitted_ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
             if row.submitted_ts is not None else "-"
         )
-        print(f"{row.job:<36} {row.tenant or '-':<16} {row.model or '-':<16} "
-              f"{submitted:<20} {row.status:<10}")
+        print(f"{row.job:<{width}}  {row.tenant or '-':<16} {row.model or '-':<16} "
+              f"{submitted:<20} {row.status}")
     return 0
 
 

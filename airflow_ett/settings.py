@@ -21,8 +21,13 @@ class SettingsError(ValueError):
     """A configuration value that cannot be used; the message names key and value."""
 
 
+def _expand_path(value: str) -> Path:
+    """`~` and `$VARS`, as Airflow expands AIRFLOW_HOME and AIRFLOW_CONFIG."""
+    return Path(os.path.expandvars(value)).expanduser()
+
+
 def airflow_home() -> Path:
-    return Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser()
+    return _expand_path(os.environ.get("AIRFLOW_HOME", "~/airflow"))
 
 
 def _expand(value: str) -> str:
@@ -31,16 +36,19 @@ def _expand(value: str) -> str:
 
 
 def _from_config_file(key: str) -> str | None:
-    path = Path(os.environ.get("AIRFLOW_CONFIG", str(airflow_home() / "airflow.cfg")))
+    path = _expand_path(os.environ.get("AIRFLOW_CONFIG", str(airflow_home() / "airflow.cfg")))
     if not path.is_file():
         return None
-    parser = configparser.ConfigParser(interpolation=None)
+    # Airflow reads airflow.cfg with ConfigParser's default interpolation ('%%' is a
+    # literal '%'), so a URL-encoded password written for Airflow must read the same here.
+    parser = configparser.ConfigParser()
     try:
         parser.read(path, encoding="utf-8")
+        if parser.has_option("ett", key):
+            return parser.get("ett", key)
     except configparser.Error as exc:
-        raise SettingsError(f"cannot read {path}: {exc}") from None
-    if parser.has_option("ett", key):
-        return parser.get("ett", key)
+        one_line = " ".join(str(exc).split())
+        raise SettingsError(f"cannot read [ett] {key} from {path}: {one_line}") from None
     return None
 
 

@@ -83,7 +83,8 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
     job = spec.job
     t = spec.submit_ts
     yield JobSubmitted(id=next_id(), job=job, ts=t, tenant=spec.tenant, model=spec.model,
-                       dag_id=spec.dag_id, run_id=spec.run_id or f"manual__{job}", attrs=dict(spec.extra))
+                       dag_id=spec.dag_id, run_id=spec.run_id or f"manual__{job}",
+                       attrs=dict(spec.extra))
     t += spec.queue_s
     pending = sorted(spec.failures, key=lambda f: f.at_step)
     saved_step = 0

@@ -1,0 +1,29 @@
+# airflow-ett developer entry points. Every target that needs .venv builds it first
+# (scripts/setup.sh is a no-op when .venv is current).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+.PHONY: help setup test demo lint constraints
+
+help:
+	@echo "make setup        create/refresh .venv from constraints.txt (idempotent)"
+	@echo "make test         setup, then ruff, mypy and every pytest tier (what CI runs)"
+	@echo "make demo         setup, then ETT% of the bundled example job"
+	@echo "make lint         setup, then ruff check and mypy only"
+	@echo "make constraints  re-resolve pyproject.toml into constraints.txt"
+
+setup:
+	@bash scripts/setup.sh
+
+test: setup
+	@bash scripts/test.sh
+
+demo: setup
+	@bash scripts/demo.sh
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/mypy -p airflow_ett
+
+constraints:
+	@bash scripts/update-constraints.sh

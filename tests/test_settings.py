@@ -1,0 +1,173 @@
+"""The `[ett]` settings, read without Airflow: environment > airflow.cfg > defaults.
+
+Pure unit tests (no Airflow import). That Airflow's own `conf` reads the same values is
+checked in tests/test_plugin.py, in a subprocess.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_ett.provider import CONFIG_DEFAULTS
+from airflow_ett.settings import EttSettings, SettingsError, airflow_home, raw_setting
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh AIRFLOW_HOME with no airflow.cfg and no AIRFLOW__ETT__* in the environment."""
+    path = tmp_path / "airflow_home"
+    path.mkdir()
+    monkeypatch.setenv("AIRFLOW_HOME", str(path))
+    monkeypatch.delenv("AIRFLOW_CONFIG", raising=False)
+    for key in CONFIG_DEFAULTS:
+        monkeypatch.delenv(f"AIRFLOW__ETT__{key.upper()}", raising=False)
+    return path
+
+
+def write_cfg(path: Path, **options: str) -> Path:
+    lines = ["[core]", "load_examples = False", "", "[ett]"]
+    lines += [f"{key} = {value}" for key, value in options.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_defaults_expand_airflow_home(home: Path) -> None:
+    settings = EttSettings.load()
+    assert settings == EttSettings(
+        store_url=f"sqlite:///{home}/ett.db",
+        disabled=False,
+        spool_dir=home / "ett_spool",
+        emit_timeout=2.0,
+    )
+
+
+def test_airflow_home_defaults_to_user_airflow(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("AIRFLOW_HOME", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONFIG", raising=False)
+    monkeypatch.delenv("AIRFLOW__ETT__SPOOL_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert airflow_home() == tmp_path / "airflow"
+    assert raw_setting("spool_dir") == f"{tmp_path}/airflow/ett_spool"
+
+
+def test_every_default_is_a_known_key_and_loads(home: Path) -> None:
+    for key in CONFIG_DEFAULTS:
+        assert "{AIRFLOW_HOME}" not in raw_setting(key)
+
+
+def test_airflow_cfg_overrides_default(home: Path) -> None:
+    write_cfg(home / "airflow.cfg", store_url="postgresql+psycopg2://postgres@db/ett",
+              emit_timeout="0.5")
+    settings = EttSettings.load()
+    assert settings.store_url == "postgresql+psycopg2://postgres@db/ett"
+    assert settings.emit_timeout == 0.5
+    assert settings.spool_dir == home / "ett_spool"  # not in the file: default
+
+
+def test_environment_overrides_airflow_cfg(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_cfg(home / "airflow.cfg", store_url="sqlite:////from/file.db", disabled="false")
+    monkeypatch.setenv("AIRFLOW__ETT__STORE_URL", "sqlite:////from/env.db")
+    monkeypatch.setenv("AIRFLOW__ETT__DISABLED", "true")
+    settings = EttSettings.load()
+    assert settings.store_url == "sqlite:////from/env.db"
+    assert settings.disabled is True
+
+
+def test_environment_overrides_default(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__ETT__SPOOL_DIR", "/var/spool/ett")
+    assert EttSettings.load().spool_dir == Path("/var/spool/ett")
+
+
+def test_empty_environment_value_still_wins(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_cfg(home / "airflow.cfg", disabled="true")
+    monkeypatch.setenv("AIRFLOW__ETT__DISABLED", "")
+    assert EttSettings.load().disabled is False
+
+
+def test_airflow_config_variable_names_the_file(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_cfg(home / "airflow.cfg", store_url="sqlite:////ignored.db")
+    other = write_cfg(tmp_path / "elsewhere.cfg", store_url="sqlite:////chosen.db")
+    monkeypatch.setenv("AIRFLOW_CONFIG", str(other))
+    assert raw_setting("store_url") == "sqlite:////chosen.db"
+
+
+def test_other_sections_do_not_leak_into_ett(home: Path) -> None:
+    (home / "airflow.cfg").write_text("[core]\nstore_url = nope\n", encoding="utf-8")
+    assert raw_setting("store_url") == f"sqlite:///{home}/ett.db"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("True", True), ("1", True), ("yes", True), (" ON ", True),
+     ("false", False), ("0", False), ("no", False), ("off", False)],
+)
+def test_disabled_accepts_boolean_spellings(
+    home: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: bool
+) -> None:
+    monkeypatch.setenv("AIRFLOW__ETT__DISABLED", text)
+    assert EttSettings.load().disabled is expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("disabled", "maybe"),
+        ("emit_timeout", "abc"),
+        ("emit_timeout", "0"),
+        ("emit_timeout", "-1.5"),
+        ("emit_timeout", "nan"),
+    ],
+)
+def test_bad_values_name_key_and_value(
+    home: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    monkeypatch.setenv(f"AIRFLOW__ETT__{key.upper()}", value)
+    with pytest.raises(SettingsError) as excinfo:
+        EttSettings.load()
+    message = str(excinfo.value)
+    assert key in message
+    assert repr(value) in message
+
+
+def test_bad_value_in_airflow_cfg_is_reported_too(home: Path) -> None:
+    write_cfg(home / "airflow.cfg", emit_timeout="soon")
+    with pytest.raises(SettingsError, match=r"emit_timeout.*'soon'"):
+        EttSettings.load()
+
+
+def test_unknown_key_is_an_error_listing_the_known_ones(home: Path) -> None:
+    with pytest.raises(SettingsError) as excinfo:
+        raw_setting("store_uri")
+    message = str(excinfo.value)
+    assert "'store_uri'" in message
+    for key in CONFIG_DEFAULTS:
+        assert key in message
+
+
+def test_unreadable_airflow_cfg_names_the_file(home: Path) -> None:
+    cfg = home / "airflow.cfg"
+    cfg.write_text("store_url = no section header\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match="cannot read") as excinfo:
+        raw_setting("store_url")
+    assert str(cfg) in str(excinfo.value)
+
+
+def test_settings_error_is_a_value_error() -> None:
+    assert issubclass(SettingsError, ValueError)
+
+
+def test_percent_escapes_in_airflow_cfg_read_as_airflow_reads_them(home: Path) -> None:
+    write_cfg(home / "airflow.cfg", store_url="postgresql+psycopg2://ett:p%%40ss@db/ett")
+    assert raw_setting("store_url") == "postgresql+psycopg2://ett:p%40ss@db/ett"
+
+
+def test_a_lone_percent_is_a_clear_error_as_in_airflow(home: Path) -> None:
+    write_cfg(home / "airflow.cfg", store_url="postgresql+psycopg2://ett:p%40ss@db/ett")
+    with pytest.raises(SettingsError, match=r"cannot read \[ett\] store_url from .*airflow.cfg"):
+        raw_setting("store_url")
