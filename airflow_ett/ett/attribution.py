@@ -643,23 +643,38 @@ def _explicit_intervals(
         if e > s:
             intervals.append((s, e, label))
 
-    open_marks: dict[tuple[str | None, str, str], list[int]] = {}
+    # A foreign phase name declared under two components stays two labels ("name@component"),
+    # so neither declaration overrides the other whatever order the events came in.
+    declared: dict[str, set[str]] = {}
+    for m in marks:
+        if m.phase not in PHASES and m.component is not None:
+            declared.setdefault(m.phase, set()).add(m.component)
+    ambiguous = sorted(name for name, comps in declared.items() if len(comps) > 1)
+    if ambiguous:
+        warnings.append(f"phase(s) {ambiguous} declared under several components: kept apart "
+                        "as name@component")
+
+    def label_of(phase: str, component: str) -> str:
+        return f"{phase}@{component}" if phase in ambiguous else phase
+
+    # Each start remembers its own component: the pair takes the start's declaration.
+    open_marks: dict[tuple[str | None, str, str], list[tuple[int, str]]] = {}
     unmatched_ends = 0
     for mark in sorted(marks, key=lambda m: (m.ts, type(m) is PhaseEnded, m.id)):
         key = (mark.attempt, mark.phase, mark.span)
         if type(mark) is PhaseStarted:
-            open_marks.setdefault(key, []).append(to_us(mark.ts))
+            component = component_of(mark.phase, mark.component)
+            open_marks.setdefault(key, []).append((to_us(mark.ts), component))
             continue
         stack = open_marks.get(key)
         if not stack:
             unmatched_ends += 1
             continue
-        keep(mark.attempt, stack.pop(), to_us(mark.ts), mark.phase,
-             component_of(mark.phase, mark.component))
-    components = {(m.attempt, m.phase, m.span): m.component for m in marks}
-    for (attempt, phase, span), starts in sorted(open_marks.items(), key=lambda kv: str(kv[0])):
-        for s in starts:  # still open: runs to its attempt's end (or the job's)
-            keep(attempt, s, end, phase, component_of(phase, components[(attempt, phase, span)]))
+        start, component = stack.pop()
+        keep(mark.attempt, start, to_us(mark.ts), label_of(mark.phase, component), component)
+    for (attempt, phase, _span), starts in sorted(open_marks.items(), key=lambda kv: str(kv[0])):
+        for start, component in starts:  # still open: runs to its attempt's end (or the job's)
+            keep(attempt, start, end, label_of(phase, component), component)
     if unmatched_ends:
         warnings.append(f"{unmatched_ends} phase_ended event(s) without a start were ignored")
 

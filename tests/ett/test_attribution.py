@@ -295,3 +295,23 @@ def test_publish_after_release_is_reported_apart() -> None:
     d = attribute_job([*events, published]).to_dict()
     assert d["e2e_s"] == 83.0
     assert d["model_available_after_release_s"] == 12.5
+
+
+def test_foreign_phase_declared_under_two_components_is_kept_apart() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="1"),
+        m(PhaseStarted, ts=0.0, attempt="1", phase="warmup", component="initialization"),
+        m(PhaseEnded, ts=4.0, attempt="1", phase="warmup", component="initialization"),
+        m(PhaseStarted, ts=4.0, attempt="1", phase="warmup", span="b",
+          component="compilation"),
+        m(PhaseEnded, ts=6.0, attempt="1", phase="warmup", span="b"),
+        m(AttemptEnded, ts=6.0, attempt="1", status="success"),
+    ]
+    for ordering in (events, list(reversed(events))):
+        d = attribute_job(ordering).to_dict()
+        assert d["phases"] == {"warmup@initialization": 4.0, "warmup@compilation": 2.0}
+        assert d["components"]["initialization"] == 4.0
+        assert d["components"]["compilation"] == 2.0
+        assert any("several components" in w for w in d["warnings"])
