@@ -1,0 +1,475 @@
+"""What trainers, operators and listeners call to record a job's timeline.
+
+Every method builds one event and hands it to the background writer: a few
+microseconds, no I/O, no lock on the common path, and never an exception (the task being
+observed matters more than the observation). Problems are logged, rate-limited, on the
+`airflow_ett.emit` logger.
+
+`get_emitter()` is the process-wide instance from `[ett]` settings and the `ETT_JOB_ID` /
+`ETT_ATTEMPT_ID` environment (what the train operator sets for the trainer). A listener
+that reports for many jobs from one process uses `get_emitter().bind(job_id, attempt_id)`:
+views share one writer, its threads and its spool file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from airflow_ett.emit._log import logger, rate_limited
+from airflow_ett.emit.sinks import EventSink, StoreSink
+from airflow_ett.emit.worker import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LINGER,
+    DEFAULT_QUEUE_SIZE,
+    BackgroundWriter,
+    EmitterStats,
+)
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    AttemptStatus,
+    CheckpointSaved,
+    ComponentName,
+    Event,
+    FailureCause,
+    JobEnded,
+    JobStatus,
+    JobSubmitted,
+    ModelPublished,
+    PhaseEnded,
+    PhaseStarted,
+    Progress,
+)
+from airflow_ett.settings import EttSettings
+
+JOB_ENV: Final = "ETT_JOB_ID"
+ATTEMPT_ENV: Final = "ETT_ATTEMPT_ID"
+
+_NULL_PHASE: Final = nullcontext("")
+
+
+class _Phase:
+    """The `phase()` context manager: a class, not a generator, to keep it cheap."""
+
+    __slots__ = ("_component", "_emitter", "_name", "span")
+
+    def __init__(self, emitter: Emitter, name: str, component: ComponentName | None) -> None:
+        self._emitter = emitter
+        self._name = name
+        self._component = component
+        self.span = ""
+
+    def __enter__(self) -> str:
+        self.span = self._emitter._phase_event(PhaseStarted, self._name, self._component, None,
+                                               None)
+        return self.span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._emitter._phase_event(PhaseEnded, self._name, self._component, self.span, None)
+
+
+class Emitter:
+    """Records events for one job (and attempt) through a background writer.
+
+    Arguments left out come from `EttSettings.load()` and the environment. A `sink`
+    object or URL replaces the configured store (tests, other transports); a URL is
+    better where the process forks, since a forked child then builds its own store
+    connection, while a sink object is shared as is. With `disabled` (or
+    `[ett] disabled = true`) every method returns at once.
+
+    A process that leaves through `os._exit` (multiprocessing children, some task
+    runners) skips the atexit flush: call `flush()` at its last hook.
+    """
+
+    def __init__(
+        self,
+        job_id: str | None = None,
+        attempt_id: str | None = None,
+        *,
+        sink: EventSink | str | None = None,
+        settings: EttSettings | None = None,
+        spool_dir: str | os.PathLike[str] | None = None,
+        emit_timeout: float | None = None,
+        disabled: bool | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        linger: float = DEFAULT_LINGER,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        replay_on_start: bool = True,
+    ) -> None:
+        self._job = job_id if job_id is not None else os.environ.get(JOB_ENV) or None
+        self._attempt = (attempt_id if attempt_id is not None
+                         else os.environ.get(ATTEMPT_ENV) or None)
+        self._owner = True
+        self._open_spans: dict[str, list[tuple[str, ComponentName | None]]] = {}
+        self._spans_lock = threading.Lock()
+        self._writer: BackgroundWriter | None = None
+        try:
+            self._writer = _build_writer(sink, settings, spool_dir, emit_timeout, disabled,
+                                         batch_size, linger, queue_size, replay_on_start)
+        except Exception as exc:
+            logger.error("ETT emit: cannot start, recording is off for this emitter: %s", exc)
+
+    # -- identity ----------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> str | None:
+        return self._job
+
+    @property
+    def attempt_id(self) -> str | None:
+        return self._attempt
+
+    @property
+    def enabled(self) -> bool:
+        return self._writer is not None
+
+    @property
+    def writer(self) -> BackgroundWriter | None:
+        return self._writer
+
+    def bind(self, job_id: str | None = None, attempt_id: str | None = None) -> Emitter:
+        """A view for another job/attempt sharing this emitter's writer (no new threads).
+
+        Closing a view only flushes; the writer belongs to the emitter that made it.
+        """
+        view = Emitter.__new__(Emitter)
+        view._job = job_id if job_id is not None else self._job
+        view._attempt = attempt_id if attempt_id is not None else self._attempt
+        view._owner = False
+        view._open_spans = {}
+        view._spans_lock = threading.Lock()
+        view._writer = self._writer
+        return view
+
+    def new_id(self) -> str:
+        """A fresh event id, unique across processes (for events built by the caller)."""
+        writer = self._writer
+        return writer.ids() if writer is not None else ""
+
+    # -- recording ---------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        """Record an event built by the caller (its own `id`, `job`, `ts`)."""
+        writer = self._writer
+        if writer is None:
+            return
+        try:
+            writer.put(event)
+        except Exception as exc:
+            _swallow(exc)
+
+    def job_submitted(self, *, tenant: str = "default", model: str = "",
+                      dag_id: str | None = None, run_id: str | None = None,
+                      attrs: Mapping[str, Any] | None = None, ts: float | None = None) -> None:
+        writer, job = self._writer, self._job
+        if writer is None:
+            return
+        if job is None:
+            return _missing_ids()
+        try:
+            writer.put(JobSubmitted(id=writer.ids(), job=job,
+                                    ts=time.time() if ts is None else ts, tenant=tenant,
+                                    model=model, dag_id=dag_id, run_id=run_id,
+                                    attrs=dict(attrs) if attrs else {}))
+        except Exception as exc:
+            _swallow(exc)
+
+    def attempt_started(self, *, host: str | None = None, ts: float | None = None) -> None:
+        writer, job, attempt = self._writer, self._job, self._attempt
+        if writer is None:
+            return
+        if job is None or attempt is None:
+            return _missing_ids()
+        try:
+            writer.put(AttemptStarted(id=writer.ids(), job=job,
+                                      ts=time.time() if ts is None else ts, attempt=attempt,
+                                      host=host if host is not None else _hostname()))
+        except Exception as exc:
+            _swallow(exc)
+
+    def attempt_ended(self, status: AttemptStatus, cause: FailureCause | None = None,
+                      detected_ts: float | None = None, exit_code: int | None = None,
+                      message: str | None = None, *, ts: float | None = None) -> None:
+        writer, job, attempt = self._writer, self._job, self._attempt
+        if writer is None:
+            return
+        if job is None or attempt is None:
+            return _missing_ids()
+        try:
+            writer.put(AttemptEnded(id=writer.ids(), job=job,
+                                    ts=time.time() if ts is None else ts, attempt=attempt,
+                                    status=status, cause=cause, detected_ts=detected_ts,
+                                    exit_code=exit_code, message=message))
+        except Exception as exc:
+            _swallow(exc)
+
+    def phase(self, name: str, component: ComponentName | None = None
+              ) -> AbstractContextManager[str]:
+        """`with emitter.phase("model_creation"):` pairs start and end by a unique span.
+
+        The end is recorded however the block exits. Each call has its own span, so the
+        same phase may run nested or in several threads at once (parallel init).
+        """
+        if self._writer is None:
+            return _NULL_PHASE
+        return _Phase(self, name, component)
+
+    def phase_start(self, name: str, component: ComponentName | None = None, *,
+                    span: str | None = None, ts: float | None = None) -> str:
+        """Start a phase that `phase_end` closes later; returns its span.
+
+        Pass `span` yourself when start and end happen in different processes.
+        """
+        span = self._phase_event(PhaseStarted, name, component, span, ts)
+        if span:
+            with self._spans_lock:
+                self._open_spans.setdefault(name, []).append((span, component))
+        return span
+
+    def phase_end(self, name: str, span: str | None = None,
+                  component: ComponentName | None = None, *, ts: float | None = None) -> None:
+        """End a phase; without `span`, the most recent one of that name started here.
+
+        The component declared at the start carries over, so an unregistered phase needs
+        it only once.
+        """
+        if self._writer is None:
+            return
+        with self._spans_lock:
+            spans = self._open_spans.get(name)
+            if spans:
+                index = len(spans) - 1
+                if span is not None:
+                    index = next((i for i, (s, _) in enumerate(spans) if s == span), -1)
+                if index >= 0:
+                    span, declared = spans.pop(index)
+                    component = component if component is not None else declared
+                if not spans:
+                    del self._open_spans[name]
+        self._phase_event(PhaseEnded, name, component, span or "", ts)
+
+    def _phase_event(self, cls: type[PhaseStarted] | type[PhaseEnded], name: str,
+                     component: ComponentName | None, span: str | None,
+                     ts: float | None) -> str:
+        writer, job = self._writer, self._job
+        if writer is None:
+            return ""
+        if job is None:
+            _missing_ids()
+            return ""
+        try:
+            event_id = writer.ids()
+            if span is None:
+                span = event_id  # unique already: the start event's own id
+            writer.put(cls(id=event_id, job=job, ts=time.time() if ts is None else ts,
+                           phase=name, attempt=self._attempt, span=span,
+                           component=component))
+            return span
+        except Exception as exc:
+            _swallow(exc)
+            return span or ""
+
+    def progress(self, step_start: int, step_end: int, cursor_start: int, cursor_end: int,
+                 start_ts: float, end_ts: float | None = None,
+                 loss: float | None = None) -> None:
+        """Steps `[step_start, step_end)` read `[cursor_start, cursor_end)` from `start_ts`.
+
+        The hot path (once per step or per few steps): kept to one Struct and an append.
+        """
+        writer, job, attempt = self._writer, self._job, self._attempt
+        if writer is None:
+            return
+        if job is None or attempt is None:
+            return _missing_ids()
+        try:
+            writer.put(Progress(id=writer.ids(), job=job,
+                                ts=time.time() if end_ts is None else end_ts, attempt=attempt,
+                                start_ts=start_ts, step_start=step_start, step_end=step_end,
+                                cursor_start=cursor_start, cursor_end=cursor_end, loss=loss))
+        except Exception as exc:
+            _swallow(exc)
+
+    def checkpoint(self, step: int, cursor: int, start_ts: float, blocking_s: float,
+                   total_s: float, bytes: int = 0, final: bool = False, *,
+                   ts: float | None = None) -> None:
+        """A checkpoint committed now (or at `ts`); `blocking_s` held up the train loop."""
+        writer, job, attempt = self._writer, self._job, self._attempt
+        if writer is None:
+            return
+        if job is None or attempt is None:
+            return _missing_ids()
+        try:
+            writer.put(CheckpointSaved(id=writer.ids(), job=job,
+                                       ts=time.time() if ts is None else ts, attempt=attempt,
+                                       start_ts=start_ts, step=step, cursor=cursor,
+                                       blocking_s=blocking_s, total_s=total_s, bytes=bytes,
+                                       final=final))
+        except Exception as exc:
+            _swallow(exc)
+
+    def job_ended(self, status: JobStatus, *, ts: float | None = None) -> None:
+        writer, job = self._writer, self._job
+        if writer is None:
+            return
+        if job is None:
+            return _missing_ids()
+        try:
+            writer.put(JobEnded(id=writer.ids(), job=job, ts=time.time() if ts is None else ts,
+                                status=status))
+        except Exception as exc:
+            _swallow(exc)
+
+    def model_published(self, uri: str | None = None, *, ts: float | None = None) -> None:
+        writer, job = self._writer, self._job
+        if writer is None:
+            return
+        if job is None:
+            return _missing_ids()
+        try:
+            writer.put(ModelPublished(id=writer.ids(), job=job,
+                                      ts=time.time() if ts is None else ts, uri=uri))
+        except Exception as exc:
+            _swallow(exc)
+
+    # -- delivery ----------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait (at most `timeout`, default `emit_timeout`) until all recorded so far is
+        in the store or fsync'd in the spool. False if time ran out (the rest is spooled).
+        """
+        writer = self._writer
+        if writer is None:
+            return True
+        try:
+            return writer.flush(timeout)
+        except Exception as exc:
+            _swallow(exc)
+            return False
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush and stop the writer (a view only flushes). Idempotent."""
+        writer = self._writer
+        if writer is None:
+            return True
+        try:
+            return writer.close(timeout) if self._owner else writer.flush(timeout)
+        except Exception as exc:
+            _swallow(exc)
+            return False
+
+    def stats(self) -> EmitterStats:
+        writer = self._writer
+        return writer.stats if writer is not None else EmitterStats()
+
+    def __enter__(self) -> Emitter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "on" if self._writer is not None else "off"
+        return f"Emitter(job={self._job!r}, attempt={self._attempt!r}, {state})"
+
+
+def _missing_ids() -> None:
+    rate_limited(logging.WARNING, "missing-ids", "ETT emit: no job or attempt id (pass "
+                 "job_id/attempt_id, or set %s/%s); event not recorded", JOB_ENV, ATTEMPT_ENV)
+
+
+def _swallow(exc: Exception) -> None:
+    rate_limited(logging.ERROR, f"emit-{type(exc).__name__}", "ETT emit: event not recorded: "
+                 "%r", exc, exc_info=exc)
+
+
+_HOST: str | None = None
+
+
+def _hostname() -> str:
+    global _HOST
+    if _HOST is None:
+        _HOST = socket.gethostname()
+    return _HOST
+
+
+def _build_writer(sink: EventSink | str | None, settings: EttSettings | None,
+                  spool_dir: str | os.PathLike[str] | None, emit_timeout: float | None,
+                  disabled: bool | None, batch_size: int, linger: float, queue_size: int,
+                  replay_on_start: bool) -> BackgroundWriter | None:
+    needs_settings = disabled is None or spool_dir is None or emit_timeout is None or (
+        sink is None)
+    if settings is None and needs_settings:
+        settings = EttSettings.load()
+    if disabled is None:
+        assert settings is not None
+        disabled = settings.disabled
+    if disabled:
+        return None
+    if spool_dir is None:
+        assert settings is not None
+        spool_dir = settings.spool_dir
+    if emit_timeout is None:
+        assert settings is not None
+        emit_timeout = settings.emit_timeout
+    factory: Callable[[], EventSink]
+    if sink is None or isinstance(sink, str):
+        if sink is None:
+            assert settings is not None
+            sink = settings.store_url
+        # A factory, not a store: a forked child must build its own (a database
+        # connection pool does not survive a fork).
+        factory = partial(StoreSink, sink)
+    else:
+        factory = partial(_same, sink)
+    return BackgroundWriter(factory, Path(spool_dir), emit_timeout=emit_timeout,
+                            batch_size=batch_size, linger=linger, queue_size=queue_size,
+                            replay_on_start=replay_on_start)
+
+
+def _same(sink: EventSink) -> EventSink:
+    return sink
+
+
+_default: Emitter | None = None
+_default_lock = threading.Lock()
+
+
+def get_emitter() -> Emitter:
+    """The process-wide emitter, built on first use from settings and environment."""
+    global _default
+    emitter = _default
+    if emitter is None:
+        with _default_lock:
+            if _default is None:
+                _default = Emitter()
+            emitter = _default
+    return emitter
+
+
+def reset_default_emitter(close: bool = True) -> None:
+    """Forget the process-wide emitter (tests; a changed configuration)."""
+    global _default
+    with _default_lock:
+        emitter, _default = _default, None
+    if emitter is not None and close:
+        emitter.close()
+
+
+def _after_fork_in_child() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
