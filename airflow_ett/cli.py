@@ -123,11 +123,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from airflow_ett.store import EttStore
 
     events = _read_events(args.events, strict=args.strict)
-    store = EttStore(_store_url(args))
-    try:
+    with EttStore(_store_url(args)) as store:
         new = store.insert_events(events)
-    finally:
-        store.close()
     jobs = len({e.job for e in events})
     print(f"stored {new} new event(s) of {len(events)} read ({len(events) - new} already "
           f"there) for {jobs} job(s)")
@@ -137,12 +134,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 def _cmd_runs_list(args: argparse.Namespace) -> int:
     from airflow_ett.store import EttStore
 
-    store = EttStore(_store_url(args))
-    try:
+    with EttStore(_store_url(args)) as store:
         rows = store.list_runs(since=args.since, until=args.until, tenant=args.tenant,
                                model=args.model, dag_id=args.dag_id, limit=args.limit)
-    finally:
-        store.close()
     if args.json:
         _print_json([dataclasses.asdict(row) for row in rows], sys.stdout)
         return 0
@@ -165,13 +159,11 @@ def _cmd_runs_show(args: argparse.Namespace) -> int:
     from airflow_ett.report_text import render_job
     from airflow_ett.store import EttStore, JobNotFound
 
-    store = EttStore(_store_url(args))
-    try:
-        summary = store.summary(args.run, now=args.now)
-    except JobNotFound:
-        _fail(f"no run {args.run!r} in the ETT store")
-    finally:
-        store.close()
+    with EttStore(_store_url(args)) as store:
+        try:
+            summary = store.summary(args.run, now=args.now)
+        except JobNotFound:
+            _fail(f"no run {args.run!r} in the ETT store")
     if args.json:
         _print_json(summary, sys.stdout)
     else:

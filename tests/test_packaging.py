@@ -169,3 +169,17 @@ def test_trainer_ett_emit_and_settings_never_import_airflow(tmp_path: Path) -> N
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_missing_torchrec_is_one_line_that_says_how_to_install(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['torchrec'] = None\n"  # what an absent package looks like
+        "from airflow_ett.trainer import require_torchrec\n"
+        "require_torchrec()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=tmp_path)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert "TorchRecMissingError: torchrec is not installed: run `pip install --no-deps " \
+        "torchrec==1.8.0`" in last

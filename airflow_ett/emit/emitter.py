@@ -169,50 +169,41 @@ class Emitter:
         except Exception as exc:
             _swallow(exc)
 
-    def job_submitted(self, *, tenant: str = "default", model: str = "",
-                      dag_id: str | None = None, run_id: str | None = None,
-                      attrs: Mapping[str, Any] | None = None, ts: float | None = None) -> None:
+    def _record(self, cls: type[Any], ts: float | None, *, per_attempt: bool,
+                **fields: Any) -> None:
+        """Build one event of this job (and attempt) and hand it to the writer.
+
+        The one place that guards every recording call: a disabled emitter returns at
+        once, missing ids are reported (rate-limited), and nothing ever raises.
+        """
         writer, job = self._writer, self._job
         if writer is None:
             return
-        if job is None:
+        if job is None or (per_attempt and self._attempt is None):
             return _missing_ids()
         try:
-            writer.put(JobSubmitted(id=writer.ids(), job=job,
-                                    ts=time.time() if ts is None else ts, tenant=tenant,
-                                    model=model, dag_id=dag_id, run_id=run_id,
-                                    attrs=dict(attrs) if attrs else {}))
+            if per_attempt:
+                fields["attempt"] = self._attempt
+            writer.put(cls(id=writer.ids(), job=job, ts=time.time() if ts is None else ts,
+                           **fields))
         except Exception as exc:
             _swallow(exc)
 
+    def job_submitted(self, *, tenant: str = "default", model: str = "",
+                      dag_id: str | None = None, run_id: str | None = None,
+                      attrs: Mapping[str, Any] | None = None, ts: float | None = None) -> None:
+        self._record(JobSubmitted, ts, per_attempt=False, tenant=tenant, model=model,
+                     dag_id=dag_id, run_id=run_id, attrs=dict(attrs) if attrs else {})
+
     def attempt_started(self, *, host: str | None = None, ts: float | None = None) -> None:
-        writer, job, attempt = self._writer, self._job, self._attempt
-        if writer is None:
-            return
-        if job is None or attempt is None:
-            return _missing_ids()
-        try:
-            writer.put(AttemptStarted(id=writer.ids(), job=job,
-                                      ts=time.time() if ts is None else ts, attempt=attempt,
-                                      host=host if host is not None else _hostname()))
-        except Exception as exc:
-            _swallow(exc)
+        self._record(AttemptStarted, ts, per_attempt=True,
+                     host=host if host is not None else _hostname())
 
     def attempt_ended(self, status: AttemptStatus, cause: FailureCause | None = None,
                       detected_ts: float | None = None, exit_code: int | None = None,
                       message: str | None = None, *, ts: float | None = None) -> None:
-        writer, job, attempt = self._writer, self._job, self._attempt
-        if writer is None:
-            return
-        if job is None or attempt is None:
-            return _missing_ids()
-        try:
-            writer.put(AttemptEnded(id=writer.ids(), job=job,
-                                    ts=time.time() if ts is None else ts, attempt=attempt,
-                                    status=status, cause=cause, detected_ts=detected_ts,
-                                    exit_code=exit_code, message=message))
-        except Exception as exc:
-            _swallow(exc)
+        self._record(AttemptEnded, ts, per_attempt=True, status=status, cause=cause,
+                     detected_ts=detected_ts, exit_code=exit_code, message=message)
 
     def phase(self, name: str, component: ComponentName | None = None
               ) -> AbstractContextManager[str]:
@@ -285,62 +276,25 @@ class Emitter:
                  loss: float | None = None) -> None:
         """Steps `[step_start, step_end)` read `[cursor_start, cursor_end)` from `start_ts`.
 
-        The hot path (once per step or per few steps): kept to one Struct and an append.
+        The hot path (once per step or per few steps): one Struct and an append.
         """
-        writer, job, attempt = self._writer, self._job, self._attempt
-        if writer is None:
-            return
-        if job is None or attempt is None:
-            return _missing_ids()
-        try:
-            writer.put(Progress(id=writer.ids(), job=job,
-                                ts=time.time() if end_ts is None else end_ts, attempt=attempt,
-                                start_ts=start_ts, step_start=step_start, step_end=step_end,
-                                cursor_start=cursor_start, cursor_end=cursor_end, loss=loss))
-        except Exception as exc:
-            _swallow(exc)
+        self._record(Progress, end_ts, per_attempt=True, start_ts=start_ts,
+                     step_start=step_start, step_end=step_end, cursor_start=cursor_start,
+                     cursor_end=cursor_end, loss=loss)
 
     def checkpoint(self, step: int, cursor: int, start_ts: float, blocking_s: float,
                    total_s: float, bytes: int = 0, final: bool = False, *,
                    ts: float | None = None) -> None:
         """A checkpoint committed now (or at `ts`); `blocking_s` held up the train loop."""
-        writer, job, attempt = self._writer, self._job, self._attempt
-        if writer is None:
-            return
-        if job is None or attempt is None:
-            return _missing_ids()
-        try:
-            writer.put(CheckpointSaved(id=writer.ids(), job=job,
-                                       ts=time.time() if ts is None else ts, attempt=attempt,
-                                       start_ts=start_ts, step=step, cursor=cursor,
-                                       blocking_s=blocking_s, total_s=total_s, bytes=bytes,
-                                       final=final))
-        except Exception as exc:
-            _swallow(exc)
+        self._record(CheckpointSaved, ts, per_attempt=True, start_ts=start_ts, step=step,
+                     cursor=cursor, blocking_s=blocking_s, total_s=total_s, bytes=bytes,
+                     final=final)
 
     def job_ended(self, status: JobStatus, *, ts: float | None = None) -> None:
-        writer, job = self._writer, self._job
-        if writer is None:
-            return
-        if job is None:
-            return _missing_ids()
-        try:
-            writer.put(JobEnded(id=writer.ids(), job=job, ts=time.time() if ts is None else ts,
-                                status=status))
-        except Exception as exc:
-            _swallow(exc)
+        self._record(JobEnded, ts, per_attempt=False, status=status)
 
     def model_published(self, uri: str | None = None, *, ts: float | None = None) -> None:
-        writer, job = self._writer, self._job
-        if writer is None:
-            return
-        if job is None:
-            return _missing_ids()
-        try:
-            writer.put(ModelPublished(id=writer.ids(), job=job,
-                                      ts=time.time() if ts is None else ts, uri=uri))
-        except Exception as exc:
-            _swallow(exc)
+        self._record(ModelPublished, ts, per_attempt=False, uri=uri)
 
     # -- delivery ----------------------------------------------------------------------
 
