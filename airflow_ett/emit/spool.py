@@ -281,14 +281,14 @@ def iter_replay(sink: EventSink, spool_dir: str | os.PathLike[str], progress: Re
                     if event is not None:
                         batch.append(event)
                     if len(batch) >= chunk_size:
+                        yield  # let live batches go first; then write this chunk
                         if not _write(sink, batch, claim.name, progress):
                             return
                         batch = []
-                        yield
-            if batch:
-                if not _write(sink, batch, claim.name, progress):
-                    return
-                yield
+            # No yield between the last write and the unlink below: a replay stopped in
+            # that gap would leave a delivered file to be delivered again.
+            if batch and not _write(sink, batch, claim.name, progress):
+                return
             if rejected:
                 write_rejected(directory / f"{stem}.rejected", rejected, replace=True)
                 progress.rejected += len(rejected)

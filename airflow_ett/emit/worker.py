@@ -127,6 +127,7 @@ class _SinkThread:
         self._job: ReplayJob | None = None
         self._again = False
         self._stopping = False
+        self._stop_deadline = 0.0
         self._thread: threading.Thread | None = None
 
     @property
@@ -155,10 +156,17 @@ class _SinkThread:
         with self._cv:
             self._start_locked()
 
-    def stop(self) -> None:
+    def stop(self, deadline: float) -> None:
+        """Stop once the current call and any replay in progress are done, waiting for
+        that until `deadline`: a replay cut short would keep its claimed file locked for
+        as long as this process lives."""
         with self._cv:
             self._stopping = True
+            self._stop_deadline = deadline
             self._cv.notify()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _start_locked(self) -> None:
         if self._thread is None:
@@ -174,7 +182,8 @@ class _SinkThread:
                     while self._call is None and self._job is None and not self._stopping:
                         self._cv.wait()
                     call, job = self._call, self._job
-                    if call is None and self._stopping:
+                    if call is None and self._stopping and (
+                            job is None or time.monotonic() >= self._stop_deadline):
                         break
                 if call is not None:
                     try:
@@ -356,7 +365,7 @@ class BackgroundWriter:
                 ok = False
         if not ok or self._queue:
             self._rescue()
-        self._sink.stop()
+        self._sink.stop(deadline)
         self._spool.close()
         _WRITERS.discard(self)
         return ok

@@ -185,3 +185,22 @@ def test_whatever_fails_each_event_is_delivered_exactly_once(
     replay_spool(counting, spool)
     assert sum(counting.counts.values()) == emitted
     assert set(counting.counts.values()) == {1}
+
+
+def test_close_waits_for_its_own_replay_so_nothing_is_delivered_twice_or_left_locked(
+        tmp_path: Path) -> None:
+    """Regression: an overflow spools, the next good batch starts a replay of that file,
+    and close() comes right after. close() used to return while the replay still held the
+    claimed file (left locked: a later replay skipped it) or had delivered it without
+    unlinking it (a later replay delivered it again)."""
+    for trial in range(40):
+        spool = tmp_path / f"spool-{trial}"
+        counting = CountingSink()
+        em = Emitter("job", "a", sink=counting, spool_dir=spool, emit_timeout=2.0,
+                     batch_size=7, linger=0.001, queue_size=25)
+        emit_progress(em, 33)
+        em.close()
+        result = replay_spool(counting, spool)
+        assert result.skipped == 0, f"trial {trial}: a spool file is still locked"
+        assert sum(counting.counts.values()) == 33, f"trial {trial}"
+        assert set(counting.counts.values()) == {1}, f"trial {trial}"
