@@ -86,7 +86,7 @@ def test_full_queue_spools_instead_of_blocking(dest: Destination, spool_dir: Pat
         start = time.perf_counter()
         em.progress(i, i + 1, i, i + 1, start_ts=1.0, end_ts=2.0)
         worst = max(worst, time.perf_counter() - start)
-    assert worst < 0.05  # an append to the spool, never a wait on the stuck sink
+    assert worst < 0.5  # an append to the spool, never a wait on the sink stuck for good
     assert em.stats().overflowed >= 250
     sink.gate.set()
     assert em.close()
@@ -125,7 +125,7 @@ def test_a_new_emitter_replays_old_spool_files_in_the_background(
 
     start = time.perf_counter()
     new = Emitter("job-1", "a2", sink=dest.sink(), spool_dir=spool_dir, emit_timeout=2.0)
-    assert time.perf_counter() - start < 0.05  # not on the caller's thread
+    assert time.perf_counter() - start < 0.5  # not on the caller's thread (300 to replay)
     assert wait_until(lambda: len(dest.ids("job-1")) == 300)
     assert wait_until(lambda: spool_files(spool_dir) == [])
     new.close()
