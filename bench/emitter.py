@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import tempfile
 import threading
@@ -95,7 +96,7 @@ def disabled_cost(events: int) -> None:
           f"{(clock() - t0) / events / 1000:6.3f} us")
 
 
-def training_overhead(rounds: int, steps: int, linger: float) -> None:
+def training_overhead(rounds: int, steps: int, linger: float, pairs: int) -> None:
     import torch
 
     # One intra-op thread: on a small machine shared with other work, two OpenMP threads
@@ -174,6 +175,30 @@ def training_overhead(rounds: int, steps: int, linger: float) -> None:
         for r in range(rounds):
             for emit in ((False, True) if r % 2 == 0 else (True, False)):
                 run_block(emit)
+
+        # Paired design: each pair is one step without and one with the emitter, in
+        # random order, back to back, so clock-speed drift and neighbours' load hit both
+        # alike; the per-pair difference is the emitter's cost on the training thread.
+        rng = random.Random(7)
+        diffs: list[float] = []
+        pair_base: list[float] = []
+        for _ in range(pairs):
+            durations = {}
+            for emit in rng.sample((False, True), 2):
+                t0 = time.perf_counter()
+                if emit:
+                    start_ts = time.time()
+                    with em.phase("data_wait"):
+                        pass
+                    compute(k)
+                    em.progress(step_no, step_no + 1, step_no * 64, step_no * 64 + 64,
+                                start_ts)
+                    step_no += 1
+                else:
+                    compute(k)
+                durations[emit] = time.perf_counter() - t0
+            diffs.append(durations[True] - durations[False])
+            pair_base.append(durations[False])
         em.close()
         stats = em.stats()
 
@@ -200,6 +225,16 @@ def training_overhead(rounds: int, steps: int, linger: float) -> None:
     print(f"  inside the emitter calls per step: median {med_call * 1e6:.1f} us "
           f"({med_call / step_s * 100:.3f} %), mean {mean_call * 1e6:.1f} us "
           f"({mean_call / step_s * 100:.3f} %; cold caches after the compute, GIL waits)")
+    pair_step = statistics.median(pair_base)
+    med_diff = statistics.median(diffs)
+    boots = sorted(
+        statistics.median(random.Random(i).choices(diffs, k=len(diffs))) for i in range(200)
+    )
+    lo, hi = boots[5], boots[194]
+    print(f"  paired steps ({len(diffs)} pairs, random order): median extra wall time "
+          f"{med_diff * 1e6:+.1f} us = {med_diff / pair_step * 100:+.3f} % of a "
+          f"{pair_step * 1e3:.2f} ms step (95% CI {lo / pair_step * 100:+.3f} % .. "
+          f"{hi / pair_step * 100:+.3f} %)")
     bg = cpu_used / len(with_em)
     print(f"  background threads: {bg * 1e6:.0f} us CPU per step ({bg / step_s * 100:.2f} % "
           f"of a step; the bound on overhead if the trainer used every core)")
@@ -211,6 +246,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--linger", type=float, default=DEFAULT_LINGER)
+    parser.add_argument("--pairs", type=int, default=1000,
+                        help="paired steps (one without, one with the emitter, random order)")
     args = parser.parse_args()
     print(f"emitter bench: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {os.cpu_count()} CPUs, "
           f"linger {args.linger}s")
@@ -222,7 +259,7 @@ def main() -> None:
                 f"queue holds the burst ({args.events + 1000:,})")
     disabled_cost(args.events)
     print("2. overhead on a ~20 ms training step (phase + progress per step)")
-    training_overhead(args.rounds, args.steps, args.linger)
+    training_overhead(args.rounds, args.steps, args.linger, args.pairs)
 
 
 if __name__ == "__main__":
