@@ -1,0 +1,83 @@
+"""Fault injection and the preemption signal: how the trainer fails on purpose, and how
+it leaves gracefully when asked to.
+
+Exit codes are the contract with whoever restarts the trainer (the Airflow operator, or
+torchrun's elastic agent): they say whether a restart can help and whether it should
+spend the job's failure budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from airflow_ett.trainer.config import FaultSpec
+
+log = logging.getLogger("airflow_ett.trainer")
+
+EXIT_OK = 0
+EXIT_APPLICATION = 1  # the training code raised: a restart may or may not help
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: asked to leave (SIGTERM), checkpointed: resume for free
+EXIT_BAD_CONFIG = 78  # EX_CONFIG: will not heal by retrying: fail fast
+
+
+class InjectedFault(RuntimeError):
+    """The `raise` fault: an application error at a chosen step."""
+
+
+class FaultInjector:
+    """Fires the configured faults for this attempt after the chosen steps complete."""
+
+    def __init__(self, faults: tuple[FaultSpec, ...], attempt_number: int,
+                 before_kill: Callable[[], object] | None = None) -> None:
+        self._due = {f.at_step: f for f in faults
+                     if f.attempt is None or f.attempt == attempt_number}
+        self._attempt = attempt_number
+        self._before_kill = before_kill
+
+    def after_step(self, step: int) -> None:
+        fault = self._due.get(step)
+        if fault is None:
+            return
+        log.warning("fault injection: %s after step %d (attempt %d)", fault.kind, step,
+                    self._attempt)
+        if fault.kind == "raise":
+            raise InjectedFault(f"injected failure after step {step} "
+                                f"(attempt {self._attempt})")
+        if fault.kind == "kill":
+            # Give the recorder a moment so the log shows what happened up to the kill;
+            # a real SIGKILL from outside can lose up to the emitter's linger of events.
+            if self._before_kill is not None:
+                self._before_kill()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault.kind == "hang":
+            while True:  # no progress, no exit: until someone kills us
+                time.sleep(3600)
+
+
+class PreemptionFlag:
+    """SIGTERM (preemption, or Airflow's on_kill) sets a flag the loop polls between steps:
+    finish the step, checkpoint within the grace period, exit with EXIT_PREEMPTED."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.received_at: float | None = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._handler)
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.received_at is None:
+            self.received_at = time.time()
+            log.warning("SIGTERM: finishing the current step, then checkpoint and exit")
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
