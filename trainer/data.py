@@ -1,0 +1,340 @@
+"""Training data: a deterministic, resumable synthetic click log, and the fast batch.
+
+Why it is built this way:
+
+- **Resumable by construction.** Sample `i` depends only on `(seed, i)` (counter-based
+  hashing, see `data_gen`), so the data cursor -- the index of the next sample -- is the
+  whole pipeline state a checkpoint needs, and a pipeline started at cursor `c` yields
+  bitwise the samples a pipeline started at 0 yields from `c` on, whatever the number of
+  workers.
+- **Fixed shapes.** Every sample has exactly `ids_per_feature` ids per feature, so every
+  batch has the same shapes and dtypes and a compiled model never recompiles for the data.
+- **Startup off the critical path.** `DataPipeline.start()` spawns its workers and returns
+  at once; `fast_batch()` has the real shapes and dtypes without any pipeline, so the
+  model can compile while the pipeline is still starting (DESIGN: "fast batch").
+- **Multi-rank.** The cursor is global: with `world_size` W and per-rank batch B, step k
+  covers samples `[c, c + W*B)` and rank r reads rows `[c + r*B, c + (r+1)*B)`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from airflow_ett.trainer.data_gen import (
+    ClickLogSpec,
+    RawBatch,
+    WorkerPool,
+    _check_rank,
+    check_cursor,
+    generate_rank_batch,
+)
+
+__all__ = ["Batch", "ClickLogSpec", "DataPipeline", "fast_batch", "make_batch"]
+
+FAST_BATCH_CURSOR = -1
+"""cursor_start/cursor_end of a fast batch: never data, never progress."""
+
+
+@dataclass
+class Batch:
+    """One rank's training batch and the global cursor range of its step.
+
+    `sparse` is a KeyedJaggedTensor keyed by the spec's feature names, int64 values and
+    int32 lengths all equal to `ids_per_feature`. `cursor_start`/`cursor_end` are
+    `FAST_BATCH_CURSOR` (-1) for a fast batch.
+    """
+
+    dense: torch.Tensor
+    sparse: KeyedJaggedTensor
+    labels: torch.Tensor
+    cursor_start: int
+    cursor_end: int
+
+    @property
+    def is_fast(self) -> bool:
+        """True for `fast_batch()`'s output: shape-only, must never count as progress."""
+        return self.cursor_start == FAST_BATCH_CURSOR
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.labels.shape[0])
+
+    def to(self, device: torch.device | str) -> Batch:
+        """Copy to `device`; host-to-device copies are non-blocking (they overlap compute
+        when the batch was pinned with `pin_memory()`; device-to-host stays blocking, which
+        is the only safe way without an explicit synchronisation)."""
+        dev = torch.device(device)
+        non_blocking = dev.type != "cpu"
+        return Batch(
+            dense=self.dense.to(dev, non_blocking=non_blocking),
+            sparse=self.sparse.to(dev, non_blocking=non_blocking),
+            labels=self.labels.to(dev, non_blocking=non_blocking),
+            cursor_start=self.cursor_start,
+            cursor_end=self.cursor_end,
+        )
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copy, so `to("cuda")` really overlaps; a no-op without CUDA."""
+        if not torch.cuda.is_available():
+            return self
+        return Batch(
+            dense=self.dense.pin_memory(),
+            sparse=self.sparse.pin_memory(),
+            labels=self.labels.pin_memory(),
+            cursor_start=self.cursor_start,
+            cursor_end=self.cursor_end,
+        )
+
+
+def _tensor(array: npt.NDArray[np.generic]) -> torch.Tensor:
+    """Zero-copy when possible (arrays we made are writeable and contiguous)."""
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _build(
+    spec: ClickLogSpec,
+    dense: npt.NDArray[np.float32],
+    ids: npt.NDArray[np.int64],
+    labels: npt.NDArray[np.float32],
+    cursor_start: int,
+    cursor_end: int,
+) -> Batch:
+    """The single place batches are assembled, so real and fast batches cannot differ in
+    shape, dtype or KJT layout (`ids` is `[F, B, L]`: key-major, as KJT values are)."""
+    b = spec.batch_size
+    lengths = torch.full((spec.num_features * b,), spec.ids_per_feature, dtype=torch.int32)
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=spec.feature_names, values=_tensor(ids.reshape(-1)), lengths=lengths
+    )
+    return Batch(
+        dense=_tensor(dense),
+        sparse=sparse,
+        labels=_tensor(labels),
+        cursor_start=cursor_start,
+        cursor_end=cursor_end,
+    )
+
+
+def _from_raw(spec: ClickLogSpec, raw: RawBatch) -> Batch:
+    return _build(spec, raw.dense, raw.ids, raw.labels, raw.cursor_start, raw.cursor_end)
+
+
+def make_batch(spec: ClickLogSpec, cursor: int, *, rank: int = 0, world_size: int = 1) -> Batch:
+    """The batch at global `cursor`, generated inline (no workers).
+
+    With the defaults it holds samples `[cursor, cursor + batch_size)`. With `world_size`
+    W it is rank `rank`'s share of the global batch `[cursor, cursor + W*B)`, and its
+    cursor range is that global range.
+    """
+    return _from_raw(spec, generate_rank_batch(spec, cursor, rank, world_size))
+
+
+def fast_batch(spec: ClickLogSpec) -> Batch:
+    """A batch with exactly the real shapes and dtypes, made without the pipeline.
+
+    Cheap (constant fills, no hashing) and independent of any worker, so compilation can
+    start while the pipeline is still starting. All ids are 0 (a valid row of every
+    table); labels are 0. Its cursors are -1: it is not data. Use it to trace and compile,
+    not to train: an optimizer step on it would change the weights.
+    """
+    b, f, ell = spec.batch_size, spec.num_features, spec.ids_per_feature
+    return _build(
+        spec,
+        dense=np.zeros((b, spec.num_dense), dtype=np.float32),
+        ids=np.zeros((f, b, ell), dtype=np.int64),
+        labels=np.zeros((b,), dtype=np.float32),
+        cursor_start=FAST_BATCH_CURSOR,
+        cursor_end=FAST_BATCH_CURSOR,
+    )
+
+
+class DataPipeline:
+    """Batches in cursor order from background worker processes.
+
+    `start()` returns at once; `wait_ready()` blocks until the first batch is in hand;
+    iterating yields batches forever (the loop decides when to stop) with
+    `cursor_start = start_cursor + k * world_size * batch_size`. `cursor()` is the global
+    cursor after the last batch handed out -- what a checkpoint stores, provided the loop
+    has trained on every batch it took (a loop that prefetches should store the
+    `cursor_end` of the last batch it trained on instead).
+
+    `num_workers=0` generates inline in the consumer (tests, tiny runs). Workers are
+    spawned, never forked (torch's threads and torchrun make fork unsafe); they import
+    only numpy (see `data_gen`), so their start is short. Note that spawn re-imports the
+    parent's main *script* in each worker when the trainer is started as `python file.py`
+    (not with `-m`), which then costs whatever that script imports.
+
+    `startup_latency_s` adds a wait inside each worker before its first batch, standing in
+    for a real pipeline's connection to remote storage; benchmarks use it to show the
+    data-init/compile overlap at realistic proportions. `inject_failure_at` makes the
+    worker that reaches that global sample raise (fault-injection for tests).
+
+    `close()` stops workers promptly (join with a timeout, then SIGTERM, then SIGKILL) and
+    is idempotent; it also runs when the pipeline is garbage-collected or the interpreter
+    exits, and workers exit by themselves if their parent process dies.
+    """
+
+    def __init__(
+        self,
+        spec: ClickLogSpec,
+        start_cursor: int = 0,
+        num_workers: int = 1,
+        prefetch: int = 4,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        startup_latency_s: float = 0.0,
+        inject_failure_at: int | None = None,
+    ) -> None:
+        self._spec = spec
+        self._start_cursor = check_cursor(start_cursor, "start_cursor")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be an integer >= 1, got {prefetch!r}")
+        _check_rank(rank, world_size)
+        if not startup_latency_s >= 0:  # also rejects NaN
+            raise ValueError(f"startup_latency_s must be >= 0, got {startup_latency_s!r}")
+        if inject_failure_at is not None:
+            check_cursor(inject_failure_at, "inject_failure_at")
+        self._num_workers = num_workers
+        self._rank = rank
+        self._world_size = world_size
+        self._startup_latency_s = float(startup_latency_s)
+        self._inject_failure_at = inject_failure_at
+        self._step = spec.batch_size * world_size
+        self._cursor = self._start_cursor
+        self._next_cursor = self._start_cursor  # inline mode: the batch to generate next
+        self._pool: WorkerPool | None = None
+        if num_workers > 0:
+            self._pool = WorkerPool(
+                spec,
+                start_cursor=self._start_cursor,
+                num_workers=num_workers,
+                prefetch=prefetch,
+                rank=rank,
+                world_size=world_size,
+                startup_latency_s=self._startup_latency_s,
+                inject_failure_at=inject_failure_at,
+            )
+        self._lock = threading.Lock()
+        self._pending: Batch | None = None  # fetched by wait_ready, not yet handed out
+        self._started_at: float | None = None
+        self._first_batch_s: float | None = None
+        self._started = False
+        self._closed = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the workers and return at once (idempotent)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("data pipeline is closed")
+            if self._started:
+                return
+            self._started = True
+            self._started_at = time.monotonic()
+            if self._pool is not None:
+                self._pool.start()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until the first batch is in hand (starting the pipeline if needed).
+
+        Raises TimeoutError after `timeout` seconds, RuntimeError (naming the worker and
+        the cursor) if a worker failed or died. Safe to call from another thread than the
+        one iterating, e.g. a parallel-init thread.
+        """
+        self.start()
+        with self._lock:
+            if self._pending is None and self._first_batch_s is None:
+                self._pending = self._fetch(timeout)
+
+    def close(self) -> None:
+        """Stop and reap the workers; idempotent."""
+        self._closed = True
+        self._pending = None
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- data
+
+    def next_batch(self, timeout: float | None = None) -> Batch:
+        """The next batch in cursor order (blocking); advances `cursor()`."""
+        self.start()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("data pipeline is closed")
+            batch, self._pending = self._pending, None
+            if batch is None:
+                batch = self._fetch(timeout)
+            self._cursor = batch.cursor_end
+            return batch
+
+    def __iter__(self) -> Iterator[Batch]:
+        """Batches forever; stop by breaking out (then `close()`, or use `with`)."""
+        while True:
+            yield self.next_batch()
+
+    def cursor(self) -> int:
+        """The global cursor after the last batch handed out (start_cursor before any)."""
+        return self._cursor
+
+    @property
+    def start_cursor(self) -> int:
+        return self._start_cursor
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (empty inline); for tests and diagnostics."""
+        return [] if self._pool is None else self._pool.pids
+
+    @property
+    def first_batch_s(self) -> float | None:
+        """Seconds from `start()` to the first batch in hand: the pipeline's init time."""
+        return self._first_batch_s
+
+    def _fetch(self, timeout: float | None) -> Batch:
+        if self._closed:
+            raise RuntimeError("data pipeline is closed")
+        if self._pool is not None:
+            batch = _from_raw(self._spec, self._pool.get(timeout))
+        else:
+            cursor = self._next_cursor
+            if self._first_batch_s is None and self._startup_latency_s > 0:
+                time.sleep(self._startup_latency_s)
+            fail_at = self._inject_failure_at
+            if fail_at is not None and cursor + self._step > fail_at:
+                raise RuntimeError(
+                    f"inline data generator failed producing the batch at cursor {cursor}: "
+                    f"injected failure (inject_failure_at={fail_at})"
+                )
+            batch = make_batch(self._spec, cursor, rank=self._rank, world_size=self._world_size)
+            self._next_cursor = cursor + self._step
+        if self._first_batch_s is None and self._started_at is not None:
+            self._first_batch_s = time.monotonic() - self._started_at
+        return batch
