@@ -1,0 +1,751 @@
+"""The compile cache: keys, entries, activation, and (slow) real compiles in fresh processes.
+
+Three tiers:
+
+* pure `cache_key` tests (fast, no compile);
+* entry mechanics against the real torch but without compiling: files stand in for
+  inductor's output and `torch.compiler.save/load_cache_artifacts` are replaced by fakes
+  where a test needs artifacts to exist (the real loader is used wherever a test checks
+  that torch rejects garbage), so every kind of broken entry is checked in milliseconds;
+* `integration`/`slow`: real `torch.compile` of a small MLP (forward, backward, SGD step)
+  in fresh subprocesses (`airflow_ett.trainer.compile_probe`), since in-process caches
+  would hide the effect. One cold process saves; its entry is shared by the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import airflow_ett.trainer.compile_cache as cc  # noqa: E402
+from airflow_ett.trainer.compile_cache import (  # noqa: E402
+    MANIFEST_NAME,
+    CacheLoad,
+    CompileCache,
+    cache_key,
+    compile_counters,
+    device_kind,
+    format_counters,
+    key_inputs,
+)
+
+CONFIG: dict[str, Any] = {
+    "tables": [{"name": "t0", "rows": 1000, "dim": 16}],
+    "dense_arch": [64, 16],
+    "over_arch": [64, 1],
+    "batch": 256,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# cache_key
+# ---------------------------------------------------------------------------------------
+
+
+def test_cache_key_is_short_hex_and_deterministic() -> None:
+    key = cache_key(CONFIG, "cpu")
+    assert len(key) == 16
+    int(key, 16)
+    assert cache_key(CONFIG, "cpu") == key
+    assert cache_key(json.loads(json.dumps(CONFIG)), "cpu") == key
+
+
+def test_cache_key_ignores_mapping_order() -> None:
+    reordered = {k: CONFIG[k] for k in reversed(list(CONFIG))}
+    reordered["tables"] = [{"dim": 16, "rows": 1000, "name": "t0"}]
+    assert cache_key(reordered, "cpu", {"b": 1, "a": 2}) == cache_key(
+        CONFIG, "cpu", {"a": 2, "b": 1}
+    )
+
+
+def test_cache_key_is_the_same_in_another_process() -> None:
+    """No hash randomisation or object ids leak into the key."""
+    code = (
+        "import json, sys; from airflow_ett.trainer.compile_cache import cache_key; "
+        "print(cache_key(json.loads(sys.argv[1]), 'cpu', {'mode': 'default'}))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(CONFIG)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.stdout.strip() == cache_key(CONFIG, "cpu", {"mode": "default"})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "config value",
+        "config key",
+        "device kind",
+        "extra",
+        "torch version",
+        "torch commit",
+        "python version",
+        "cpu capability",
+        "cache format",
+    ],
+)
+def test_cache_key_changes_with_what_invalidates_compiled_code(
+    change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = cache_key(CONFIG, "cpu")
+    config, kind, extra = dict(CONFIG), "cpu", None
+    if change == "config value":
+        config["dense_arch"] = [64, 32]
+    elif change == "config key":
+        config["dropout"] = 0.0
+    elif change == "device kind":
+        kind = "cuda:9.0"
+    elif change == "extra":
+        extra = {"dynamic": True}
+    elif change == "torch version":
+        monkeypatch.setattr(torch, "__version__", "2.12.0+cpu")
+    elif change == "torch commit":
+        monkeypatch.setattr(torch.version, "git_version", "0" * 40)
+    elif change == "python version":
+        monkeypatch.setattr(sys, "version_info", type("V", (), {"major": 3, "minor": 12})())
+    elif change == "cpu capability":
+        current = torch.backends.cpu.get_cpu_capability()
+        other = "AVX2" if current != "AVX2" else "AVX512"
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
+    elif change == "cache format":
+        monkeypatch.setattr(cc, "CACHE_FORMAT", cc.CACHE_FORMAT + 1)
+    assert cache_key(config, kind, extra) != base
+
+
+def test_cpu_capability_only_keys_cpu_entries() -> None:
+    assert "cpu_capability" in key_inputs(CONFIG, "cpu")
+    assert "cpu_capability" not in key_inputs(CONFIG, "cuda:9.0")
+
+
+class _Mode(enum.Enum):
+    FAST = "fast"
+
+
+@dataclasses.dataclass
+class _Table:
+    rows: int
+
+
+def test_cache_key_canonicalises_common_types_and_rejects_the_rest() -> None:
+    config = {"path": Path("/a/b"), "mode": _Mode.FAST, "ids": {3, 1, 2}, "t": _Table(5)}
+    as_json = {"path": "/a/b", "mode": "fast", "ids": [1, 2, 3], "t": {"rows": 5}}
+    assert cache_key(config, "cpu") == cache_key(as_json, "cpu")
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        cache_key({"fn": object()}, "cpu")
+    with pytest.raises(ValueError):
+        cache_key({"x": float("nan")}, "cpu")
+
+
+def test_device_kind() -> None:
+    assert device_kind("cpu") == "cpu"
+    assert device_kind(torch.device("cpu")) == "cpu"
+    if not torch.cuda.is_available():
+        assert device_kind() == "cpu"
+
+
+def test_format_counters() -> None:
+    counters = dict.fromkeys(compile_counters(), 0)
+    counters.update(graphs=3, recompiles=1, fx_graph_cache_hits=2, fx_graph_cache_misses=4)
+    assert format_counters(counters) == (
+        "graphs 3, recompiles 1, graph breaks 0, cache hits 2/6 (aot 0/0)"
+    )
+
+
+def test_compile_counters_reports_ints() -> None:
+    counters = compile_counters()
+    assert set(counters) == {
+        "graphs",
+        "recompiles",
+        "graph_breaks",
+        "fx_graph_cache_hits",
+        "fx_graph_cache_misses",
+        "fx_graph_cache_bypasses",
+        "aot_autograd_cache_hits",
+        "aot_autograd_cache_misses",
+    }
+    assert all(isinstance(v, int) and v >= 0 for v in counters.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Entries, without compiling
+# ---------------------------------------------------------------------------------------
+
+FILES = {
+    "fxgraph/ab/entry": b"fx" * 500,
+    "aotautograd/cd/entry": b"aot" * 100,
+    "ab/kernel.cpp": b"int main() {}\n",
+    "ab/kernel.so": os.urandom(4096),
+}
+
+
+@pytest.fixture(autouse=True)
+def _restore_inductor_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`activate` sets process-wide state; give it back after each test."""
+    import torch._inductor.config as inductor_config
+
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    # Not monkeypatch.setattr: its undo deletes and re-sets, and torch's config module
+    # hides a deleted option for good ("... does not exist"). activate() also changes the
+    # option's default (for other threads), so that is put back too.
+    entry = inductor_config._config["cpp_cache_precompile_headers"]  # type: ignore[attr-defined]
+    value, default = inductor_config.cpp_cache_precompile_headers, entry.default
+    yield
+    entry.default = default
+    inductor_config.cpp_cache_precompile_headers = value
+    if "torch._inductor.utils" in sys.modules:
+        from torch._inductor.utils import clear_caches
+
+        clear_caches()
+
+
+@pytest.fixture
+def fake_artifacts(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Fake torch's portable artifacts: save returns b"good:<n>", load accepts only those.
+
+    Returns the list of blobs loaded, in order.
+    """
+    from torch.compiler._cache import CacheInfo
+
+    loaded: list[bytes] = []
+    count = iter(range(1_000_000))
+
+    def save() -> tuple[bytes, Any]:
+        info = CacheInfo()
+        info.artifacts["inductor"].append("k")
+        return f"good:{next(count)}".encode(), info
+
+    def load(blob: bytes) -> Any:
+        if not blob.startswith(b"good:"):
+            return None
+        loaded.append(blob)
+        return CacheInfo()
+
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", save)
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", load)
+    return loaded
+
+
+def _write_files(root: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def _read_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _make_entry(
+    tmp: Path, key: str = "k1", files: dict[str, bytes] = FILES, name: str = "saver"
+) -> tuple[Path, Path]:
+    """A saved entry under tmp/root from a local dir holding `files`; (root, entry)."""
+    cache = CompileCache(tmp / "root", local_dir=tmp / name)
+    cache.activate(key)
+    _write_files(tmp / name, files)
+    return tmp / "root", cache.save(key)
+
+
+def _manifest(entry: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((entry / MANIFEST_NAME).read_text())
+    return data
+
+
+def _rewrite_manifest(entry: Path, **changes: Any) -> None:
+    (entry / MANIFEST_NAME).write_text(json.dumps({**_manifest(entry), **changes}))
+
+
+def _replace_payload(entry: Path, part: str, data: bytes, *, fix_checksum: bool) -> None:
+    """Overwrite a payload; with fix_checksum the manifest vouches for the new bytes."""
+    import hashlib
+
+    manifest = _manifest(entry)
+    (entry / manifest[part]["file"]).write_bytes(data)
+    if fix_checksum:
+        manifest[part].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (entry / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def test_activate_points_inductor_at_the_local_dir_with_torch_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch (and inductor's memoised lookups) are loaded before the key is known."""
+    import tempfile
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor.codecache import CacheBase
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    cache = CompileCache(tmp_path / "root")
+    CacheBase.get_local_cache_path()  # memoise a path under whatever dir was set before
+
+    cache.activate("key-a")
+    local_a = tmp_path / "tmp" / "airflow-ett-inductor" / "key-a"
+    assert cache_dir() == str(local_a)
+    assert os.environ["TRITON_CACHE_DIR"] == str(local_a / "triton")
+    assert CacheBase.get_local_cache_path().is_relative_to(local_a)
+    assert inductor_config.cpp_cache_precompile_headers is False
+
+    cache.activate("key-b")  # a second key in the same process follows too
+    local_b = local_a.parent / "key-b"
+    assert cache_dir() == str(local_b)
+    assert CacheBase.get_local_cache_path().is_relative_to(local_b)
+
+
+def test_settings_reach_a_compile_on_another_thread(tmp_path: Path) -> None:
+    """Inductor config assignments are per thread (ContextVar) in torch 2.13."""
+    import torch._inductor.config as inductor_config
+
+    CompileCache(tmp_path / "root", local_dir=tmp_path / "l").activate("k")
+    seen: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: seen.append(inductor_config.cpp_cache_precompile_headers)
+    )
+    thread.start()
+    thread.join()
+    assert seen == [False]
+
+
+def test_precompiled_headers_can_be_left_on(tmp_path: Path) -> None:
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp_cache_precompile_headers = True
+    CompileCache(
+        tmp_path / "root", local_dir=tmp_path / "l", cpu_precompiled_headers=True
+    ).activate("k")
+    assert inductor_config.cpp_cache_precompile_headers is True
+
+
+def test_miss_without_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cache = CompileCache(tmp_path / "nowhere", local_dir=tmp_path / "local")
+    assert not cache.has("k1")
+    with caplog.at_level(logging.INFO, logger=cc.__name__):
+        load = cache.activate("k1")
+    assert load == CacheLoad("k1", False, False, False, load.seconds, load.reason)
+    assert load.reason is not None and "no entry" in load.reason
+    assert not any(r.levelno >= logging.WARNING for r in caplog.records)
+
+
+def test_save_then_activate_restores_both_parts(
+    tmp_path: Path, fake_artifacts: list[bytes]
+) -> None:
+    extra = {"locks/ab.lock": b"", "ab/.x.123.tmp": b"half", "ab/y.lock": b""}
+    root, entry = _make_entry(tmp_path, files={**FILES, **extra})
+    assert entry == root / "k1"
+    manifest = _manifest(entry)
+    assert manifest["key"] == "k1" and manifest["torch"] == torch.__version__
+    for part in ("artifacts", "inductor_dir"):
+        payload = entry / manifest[part]["file"]
+        assert payload.stat().st_size == manifest[part]["size"]
+        assert len(manifest[part]["sha256"]) == 64
+    assert manifest["inductor_dir"]["files"] == len(FILES)
+    assert not [p for p in entry.iterdir() if p.name.startswith(".")]
+
+    reader = CompileCache(root, local_dir=tmp_path / "reader")
+    assert reader.has("k1")
+    load = reader.activate("k1")
+    assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, True)
+    assert load.reason is None
+    assert _read_files(tmp_path / "reader") == FILES  # no locks, no temp files
+    assert fake_artifacts == [b"good:0"]
+
+
+def test_restore_into_a_used_local_dir_keeps_what_is_there(
+    tmp_path: Path, fake_artifacts: list[bytes]
+) -> None:
+    root, _ = _make_entry(tmp_path)
+    local = tmp_path / "reader"
+    _write_files(local, {"ab/kernel.cpp": b"mine", "zz/other": b"other"})
+    load = CompileCache(root, local_dir=local).activate("k1")
+    assert load.inductor_dir_restored
+    assert _read_files(local) == {**FILES, "ab/kernel.cpp": b"mine", "zz/other": b"other"}
+    assert not [p for p in local.parent.iterdir() if ".restore-" in p.name]
+
+
+def test_artifacts_only(tmp_path: Path, fake_artifacts: list[bytes]) -> None:
+    root, _ = _make_entry(tmp_path)
+    local = tmp_path / "reader"
+    load = CompileCache(root, local_dir=local, restore_inductor_dir=False).activate("k1")
+    assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, False)
+    assert load.reason is None
+    assert _read_files(local) == {}
+
+
+def test_entry_without_artifacts_still_restores_the_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: None)
+    root, entry = _make_entry(tmp_path)
+    assert _manifest(entry)["artifacts"] is None
+    load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
+    assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, False, True)
+    assert load.reason is not None and "no portable artifacts" in load.reason
+
+
+def test_save_needs_activate_and_keys_are_checked(tmp_path: Path) -> None:
+    cache = CompileCache(tmp_path / "root", local_dir=tmp_path / "l")
+    with pytest.raises(RuntimeError, match="activate"):
+        cache.save("k1")
+    cache.activate("k1")
+    with pytest.raises(RuntimeError, match="activate"):
+        cache.save("k2")
+    for bad in ("", "../up", "a/b", ".hidden"):
+        with pytest.raises(ValueError, match="bad compile cache key"):
+            cache.has(bad)
+
+
+def _truncate_archive(entry: Path) -> None:
+    path = entry / _manifest(entry)["inductor_dir"]["file"]
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_archive_bytes(entry: Path) -> None:
+    path = entry / _manifest(entry)["inductor_dir"]["file"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _break_both(entry: Path) -> None:
+    _truncate_archive(entry)
+    _replace_payload(entry, "artifacts", b"garbage", fix_checksum=False)
+
+
+BROKEN: dict[str, tuple[Callable[[Path], object], tuple[bool, bool, bool], str]] = {
+    # name: (how to break the entry, (hit, artifacts_loaded, dir_restored), reason contains)
+    "truncated archive": (_truncate_archive, (True, True, False), "truncated"),
+    "flipped archive byte": (_flip_archive_bytes, (True, True, False), "checksum"),
+    "archive that is not a tar": (
+        lambda e: _replace_payload(e, "inductor_dir", b"not a tar", fix_checksum=True),
+        (True, True, False),
+        "archive unreadable",
+    ),
+    "garbage artifacts in place": (
+        lambda e: _replace_payload(e, "artifacts", b"garbage", fix_checksum=False),
+        (True, False, True),
+        "artifacts not loaded",
+    ),
+    "garbage artifacts torch rejects": (
+        lambda e: _replace_payload(e, "artifacts", b"garbage" * 20, fix_checksum=True),
+        (True, False, True),
+        "could not deserialise",
+    ),
+    "artifacts file missing": (
+        lambda e: (e / _manifest(e)["artifacts"]["file"]).unlink(),
+        (True, False, True),
+        "missing",
+    ),
+    "both parts broken": (
+        _break_both,
+        (False, False, False),
+        "inductor dir not restored",
+    ),
+    "truncated manifest": (
+        lambda e: (e / MANIFEST_NAME).write_text((e / MANIFEST_NAME).read_text()[:40]),
+        (False, False, False),
+        "not valid JSON",
+    ),
+    "manifest of another torch": (
+        lambda e: _rewrite_manifest(e, torch="2.0.0"),
+        (False, False, False),
+        "version mismatch",
+    ),
+    "manifest naming another key": (
+        lambda e: _rewrite_manifest(e, key="k2"),
+        (False, False, False),
+        "names key 'k2'",
+    ),
+    "stale cache format": (
+        lambda e: _rewrite_manifest(e, format=0),
+        (False, False, False),
+        "stale entry",
+    ),
+    "other inductor settings": (
+        lambda e: _rewrite_manifest(e, settings={"cpp_cache_precompile_headers": True}),
+        (False, False, False),
+        "settings differ",
+    ),
+    "payload name escaping the entry": (
+        lambda e: _rewrite_manifest(
+            e, inductor_dir={**_manifest(e)["inductor_dir"], "file": "../../etc/passwd"}
+        ),
+        (True, True, False),
+        "bad inductor dir archive file",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_entries_are_ignored_with_a_reason(
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from torch.compiler._cache import CacheInfo
+
+    break_entry, expected, reason_part = BROKEN[name]
+    real_load = torch.compiler.load_cache_artifacts
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"good:0", CacheInfo()))
+    # the entry's own artifacts load; anything else goes to torch's real loader
+    monkeypatch.setattr(
+        torch.compiler,
+        "load_cache_artifacts",
+        lambda blob: CacheInfo() if blob.startswith(b"good:") else real_load(blob),
+    )
+    root, _ = _make_entry(tmp_path, files=FILES, name="clean")
+    assert CompileCache(root, local_dir=tmp_path / "clean-reader").activate("k1").reason is None
+    entry = root / "k1"
+    break_entry(entry)
+
+    local = tmp_path / "reader"
+    cache = CompileCache(root, local_dir=local)
+    with caplog.at_level(logging.WARNING, logger=cc.__name__):
+        load_result = cache.activate("k1")
+    assert (
+        load_result.hit,
+        load_result.artifacts_loaded,
+        load_result.inductor_dir_restored,
+    ) == expected
+    assert load_result.reason is not None and reason_part in load_result.reason
+    assert any(r.levelno == logging.WARNING for r in caplog.records), "no warning logged"
+    if not expected[2]:
+        assert _read_files(local) == {}  # nothing half-restored
+    assert not [p for p in local.parent.iterdir() if ".restore-" in p.name]
+
+
+def test_concurrent_savers_and_readers_never_see_half_an_entry(
+    tmp_path: Path, fake_artifacts: list[bytes]
+) -> None:
+    """Two savers keep replacing the entry (different content) while a reader activates.
+
+    Every read must restore a complete set of one saver's files and load its artifacts.
+    """
+    variants = {
+        name: {f"{name}/{i:02d}/f": os.urandom(2000 + i) for i in range(12)} for name in "AB"
+    }
+    savers = {}
+    for name, files in variants.items():
+        savers[name] = CompileCache(tmp_path / "root", local_dir=tmp_path / f"saver{name}")
+        savers[name].activate("k1")
+        _write_files(tmp_path / f"saver{name}", files)
+    savers["A"].save("k1")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def save_loop(name: str) -> None:
+        try:
+            while not stop.is_set():
+                savers[name].save("k1")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=save_loop, args=(n,)) for n in "AB"]
+    for thread in threads:
+        thread.start()
+    try:
+        for i in range(25):
+            local = tmp_path / "readers" / str(i)
+            load = CompileCache(tmp_path / "root", local_dir=local).activate("k1")
+            assert load.reason is None, load.reason
+            assert load.hit and load.artifacts_loaded and load.inductor_dir_restored
+            assert _read_files(local) in variants.values()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not errors
+
+
+def test_unreferenced_payloads_are_removed_after_the_grace_period(
+    tmp_path: Path, fake_artifacts: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, entry = _make_entry(tmp_path, files={"a": b"1"})
+    first = {p.name for p in entry.iterdir()}
+    _make_entry(tmp_path, files={"a": b"2"}, name="saver2")  # within grace: kept
+    assert first < {p.name for p in entry.iterdir()}
+    monkeypatch.setattr(cc, "_ORPHAN_GRACE_S", -1.0)
+    _make_entry(tmp_path, files={"a": b"3"}, name="saver3")
+    manifest = _manifest(entry)
+    assert {p.name for p in entry.iterdir()} == {
+        MANIFEST_NAME,
+        manifest["artifacts"]["file"],
+        manifest["inductor_dir"]["file"],
+    }
+
+
+def test_reader_rereads_the_manifest_when_a_save_replaced_the_entry(
+    tmp_path: Path, fake_artifacts: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, entry = _make_entry(tmp_path, files={"a": b"old"})
+    stale = _manifest(entry)
+    monkeypatch.setattr(cc, "_ORPHAN_GRACE_S", -1.0)
+    _make_entry(tmp_path, files={"a": b"new"}, name="saver2")  # removes the old payloads
+
+    real_read = CompileCache._read_manifest
+    calls = []
+
+    def read_stale_first(self: CompileCache, key: str) -> dict[str, Any]:
+        calls.append(key)
+        return stale if len(calls) == 1 else real_read(self, key)
+
+    monkeypatch.setattr(CompileCache, "_read_manifest", read_stale_first)
+    load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
+    assert load.reason is None and load.hit and load.inductor_dir_restored
+    assert len(calls) == 2
+    assert (tmp_path / "reader" / "a").read_bytes() == b"new"
+
+
+# ---------------------------------------------------------------------------------------
+# Real compiles, each in a fresh process
+# ---------------------------------------------------------------------------------------
+
+PROBE = "airflow_ett.trainer.compile_probe"
+
+
+def _probe(root: Path, local: Path, *args: str) -> tuple[dict[str, Any], str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", PROBE, "--root", str(root), "--local-dir", str(local), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("COMPILE_PROBE ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("COMPILE_PROBE "))
+    return result, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One cold compile that saves its entry; shared by every test below."""
+    base = tmp_path_factory.mktemp("compile-cache")
+    result, _ = _probe(base / "root", base / "cold-local", "--save")
+    result["root"] = base / "root"
+    result["base"] = base
+    return result
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_cold_process_misses_compiles_and_saves(cold: dict[str, Any]) -> None:
+    assert cold["load"]["hit"] is False and "no entry" in cold["load"]["reason"]
+    counters = cold["counters"]
+    assert counters["graphs"] == 1 and counters["recompiles"] == 0
+    assert counters["fx_graph_cache_misses"] > 0 and counters["fx_graph_cache_hits"] == 0
+    assert Path(cold["entry"]) == cold["root"] / cold["key"]
+    assert CompileCache(cold["root"]).has(cold["key"])
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_warm_process_restores_the_entry_and_compiles_faster(
+    cold: dict[str, Any], tmp_path: Path
+) -> None:
+    warm, _ = _probe(cold["root"], tmp_path / "warm-local")
+    load = warm["load"]
+    assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
+        True,
+        True,
+        True,
+    ), load["reason"]
+    assert load["reason"] is None
+    assert warm["key"] == cold["key"]
+    counters = warm["counters"]
+    assert counters["fx_graph_cache_hits"] > 0 and counters["fx_graph_cache_misses"] == 0
+    assert counters["aot_autograd_cache_hits"] > 0
+    assert counters["graphs"] == 1 and counters["recompiles"] == 0
+    assert warm["compile_s"] < cold["compile_s"], (warm["compile_s"], cold["compile_s"])
+    assert warm["losses"] == pytest.approx(cold["losses"], rel=1e-6)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_changed_config_is_a_miss(cold: dict[str, Any], tmp_path: Path) -> None:
+    other, _ = _probe(
+        cold["root"], tmp_path / "other-local", "--config-extra", '{"hidden": 128}', "--no-compile"
+    )
+    assert other["key"] != cold["key"]
+    assert other["load"]["hit"] is False
+    assert "no entry for key" in other["load"]["reason"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_entry_with_garbage_artifacts_is_used_partly_and_compile_works(
+    cold: dict[str, Any], tmp_path: Path
+) -> None:
+    """Artifacts torch cannot read (checksum valid, so torch's own loader is what rejects
+    them, as for artifacts of another torch build): the archive still helps."""
+    root = tmp_path / "root"
+    shutil.copytree(cold["root"], root)
+    _replace_payload(root / cold["key"], "artifacts", b"\x00garbage" * 64, fix_checksum=True)
+    result, stderr = _probe(root, tmp_path / "local")
+    load = result["load"]
+    assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
+        True,
+        False,
+        True,
+    )
+    assert "artifacts not loaded" in load["reason"]
+    assert "WARNING compile cache entry" in stderr
+    assert result["counters"]["fx_graph_cache_hits"] > 0
+    assert result["losses"] == pytest.approx(cold["losses"], rel=1e-6)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_corrupt_entry_is_ignored_and_compile_works(cold: dict[str, Any], tmp_path: Path) -> None:
+    """Truncated archive and garbage artifacts: a plain miss, then a normal cold compile."""
+    root = tmp_path / "root"
+    shutil.copytree(cold["root"], root)
+    entry = root / cold["key"]
+    _truncate_archive(entry)
+    _replace_payload(entry, "artifacts", b"garbage", fix_checksum=False)
+    result, stderr = _probe(root, tmp_path / "local", "--steps", "2")
+    load = result["load"]
+    assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
+        False,
+        False,
+        False,
+    )
+    assert "inductor dir not restored" in load["reason"]
+    assert "artifacts not loaded" in load["reason"]
+    assert "WARNING compile cache entry" in stderr
+    assert result["counters"]["fx_graph_cache_misses"] > 0
+    assert result["losses"] == pytest.approx(cold["losses"][:2], rel=1e-6)

@@ -1,0 +1,224 @@
+"""The trainer as a process, the way the operator runs it: attempts one after another,
+each a fresh `python -m airflow_ett.trainer`, with the harness playing the operator's
+part (it reports what a killed process cannot, as the operator will)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from airflow_ett.emit import Emitter, JsonlSink
+from airflow_ett.ett.attribution import attribute_job
+from airflow_ett.ett.events import read_events
+from airflow_ett.trainer.config import load_config
+from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_OK
+from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
+from airflow_ett.trainer.loop import load_final_state
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TIMEOUT = 240
+
+
+def write_config(path: Path, **fields: Any) -> Path:
+    base: dict[str, Any] = {
+        "model": "dlrm_tiny", "steps": 60, "batch_size": 64, "checkpoint_dir": "ckpt",
+        "checkpoint_interval": 10, "num_workers": 0, "compile": False,
+        "events_file": "events.jsonl", "log_every_s": 1.0, "seed": 11,
+    }
+    base.update(fields)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(base))
+    return path
+
+
+def run_attempt(config: Path, job: str, number: int, *extra: str,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_ett.trainer", "--config", str(config),
+         "--job-id", job, "--attempt-number", str(number), *extra],
+        capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        env={**os.environ, **(env or {})}, cwd=config.parent,
+    )
+
+
+def operator_says(config: Path, job: str, **call: Any) -> None:
+    """What the operator records around the trainer (job submitted, a killed attempt)."""
+    cfg = load_config(config)
+    assert cfg.events_file is not None
+    emitter = Emitter(job, call.pop("attempt", None), sink=JsonlSink(cfg.events_file),
+                      replay_on_start=False)
+    getattr(emitter, call.pop("what"))(**call)
+    assert emitter.close()
+
+
+def run_job(config: Path, job: str, expected_codes: list[int]) -> list[str]:
+    """Attempts through the launcher the operator uses, restarting in place."""
+    operator_says(config, job, what="job_submitted", tenant="t", model="dlrm_tiny")
+
+    def report(outcome: AttemptOutcome) -> None:  # a SIGKILLed attempt said nothing
+        operator_says(config, job, what="attempt_ended", attempt=outcome.attempt_id,
+                      status=outcome.exit_class.status, cause=outcome.exit_class.cause,
+                      exit_code=outcome.exit_code)
+
+    logs = []
+    with (config.parent / "trainer.log").open("w+") as log:
+        result = run_attempts(config, job, max_attempts=len(expected_codes), cwd=config.parent,
+                              stdout=log, report_unreported=report, timeout=TIMEOUT)
+        log.seek(0)
+        logs.append(log.read())
+    assert [a.exit_code for a in result.attempts] == expected_codes, logs[-1][-4000:]
+    operator_says(config, job, what="job_ended", status="success")
+    return logs
+
+
+def test_two_failures_and_restores_end_bitwise_equal_to_a_clean_run(tmp_path: Path) -> None:
+    clean = write_config(tmp_path / "clean" / "job.json")
+    faulty = write_config(tmp_path / "faulty" / "job.json", faults=[
+        {"kind": "raise", "at_step": 25, "attempt": 1},
+        {"kind": "kill", "at_step": 45, "attempt": 2},
+    ])
+    run_job(clean, "clean", [EXIT_OK])
+    logs = run_job(faulty, "faulty", [EXIT_APPLICATION, -9, EXIT_OK])
+    assert "InjectedFault" in logs[0] and "fault injection: kill after step 45" in logs[0]
+
+    want = load_final_state(load_config(clean))
+    got = load_final_state(load_config(faulty))
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), f"{name} differs after the restores"
+
+    result = attribute_job(read_events(str(tmp_path / "faulty" / "events.jsonl")).events)
+    d = result.to_dict()
+    assert d["nof"]["total"] == 2
+    assert d["nof"]["application"] == 1 and d["nof"]["infra"] == 1
+    assert d["phases"].get("replay", 0) > 0
+    assert len(d["ttr_s"]) == 2
+    assert d["provisional"] is False
+    assert d["attempts"][-1]["status"] == "success"
+    for phase in ("trainer_init", "model_creation", "data_pipeline_init",
+                  "checkpoint_restore", "final_checkpoint", "teardown"):
+        assert phase in d["phases_raw"], phase
+    clean_d = attribute_job(read_events(str(tmp_path / "clean" / "events.jsonl")).events)
+    assert clean_d.nof["total"] == 0 and "replay" not in clean_d.phases_us
+
+
+def test_corrupt_newest_checkpoints_fall_back_to_the_last_valid_one(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.json", steps=30, keep_last=3)
+    assert run_attempt(config, "corrupt", 1).returncode == EXIT_OK
+    ckpt = tmp_path / "ckpt"
+    steps = sorted(p for p in ckpt.iterdir() if p.name.startswith("step-"))
+    assert [p.name for p in steps] == [f"step-{n:010d}" for n in (10, 20, 30)]
+    (steps[2] / "COMMITTED.json").unlink()  # the newest never committed
+    data = sorted(f for f in steps[1].iterdir() if f.suffix == ".distcp")
+    data[0].write_bytes(data[0].read_bytes()[:10])  # the next one is truncated
+    done = run_attempt(write_config(tmp_path / "job.json", steps=40, keep_last=3),
+                       "corrupt", 2)
+    assert done.returncode == EXIT_OK, done.stderr[-3000:]
+    assert steps[1].name in done.stderr and "skipped" in done.stderr
+    assert "restored step 10" in done.stderr
+
+
+def test_bad_config_fails_fast_with_its_own_exit_code(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.json", steps=0)
+    done = run_attempt(config, "bad", 1)
+    assert done.returncode == EXIT_BAD_CONFIG
+    assert "steps = 0: must be >= 1" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_sigterm_checkpoints_and_exits_resumable(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.json", steps=100_000, step_sleep_s=0.01,
+                          checkpoint_interval=100_000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_ett.trainer", "--config", str(config),
+         "--job-id", "pre", "--attempt-number", "1"],
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + TIMEOUT
+    for line in proc.stderr:  # wait until it trains
+        if ("step " in line and "samples/s" in line) or time.monotonic() > deadline:
+            break
+    proc.terminate()
+    rest = proc.communicate(timeout=TIMEOUT)[1]
+    assert proc.returncode == 75, rest[-2000:]
+    assert (tmp_path / "ckpt").is_dir()
+    assert any((p / "COMMITTED.json").exists() for p in (tmp_path / "ckpt").iterdir())
+    events = read_events(str(tmp_path / "events.jsonl")).events
+    d = attribute_job(events, now=time.time()).to_dict()
+    assert d["attempts"][0]["cause"] == "preemption"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="torch.compile on CPU needs gcc")
+def test_prewarm_then_warm_start_hits_the_cache_and_starts_faster(tmp_path: Path) -> None:
+    fields = {"compile": True, "compile_cache_dir": "cache", "steps": 5,
+              "checkpoint_interval": 100}
+    cold = write_config(tmp_path / "cold" / "job.json", **fields)
+    # separate shared caches: the cold run must not see the prewarmed one
+    prewarm = write_config(tmp_path / "warm" / "job.json", **fields)
+
+    def isolated(name: str) -> dict[str, str]:
+        """Nothing host-wide to reuse: its own TMPDIR (the cache's local dir lives
+        there) and inductor dir; warmth can only come from the shared compile cache."""
+        (tmp_path / name).mkdir()
+        return {"TMPDIR": str(tmp_path / name),
+                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name / "inductor")}
+
+    done = run_attempt(cold, "cold", 1, env=isolated("tmp-cold"))
+    assert done.returncode == EXIT_OK, done.stderr[-3000:]
+    assert "compile cache miss" in done.stderr
+
+    pre = run_attempt(prewarm, "prewarm", 1, "--prewarm", env=isolated("tmp-prewarm"))
+    assert pre.returncode == EXIT_OK, pre.stderr[-3000:]
+    assert "prewarm: cache saved" in pre.stderr
+
+    done = run_attempt(prewarm, "warm", 1, env=isolated("tmp-warm"))
+    assert done.returncode == EXIT_OK, done.stderr[-3000:]
+    assert "compile cache hit" in done.stderr
+    hits = re.search(r"cache hits (\d+)/(\d+)", done.stderr)
+    assert hits is not None and int(hits[1]) > 0, done.stderr[-2000:]  # inductor reused it
+
+    runs = {
+        job: attribute_job([e for e in read_events(str(tmp_path / job / "events.jsonl")).events
+                            if e.job == job])
+        for job in ("cold", "warm")
+    }
+    compile_s = {job: r.phases_raw_us["compile"] / 1e6 for job, r in runs.items()}
+    start_s = {job: r.tts_us / 1e6 for job, r in runs.items()}
+    assert compile_s["warm"] < compile_s["cold"], (compile_s, start_s)
+    assert start_s["warm"] < start_s["cold"], (compile_s, start_s)
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
+    sys.executable).with_name("torchrun").exists(), reason="torchrun not installed")
+def test_two_processes_shard_train_checkpoint_and_resume(tmp_path: Path) -> None:
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    config = write_config(tmp_path / "job.json", steps=20, checkpoint_interval=5,
+                          faults=[{"kind": "raise", "at_step": 12, "attempt": 1}])
+
+    def launch(number: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "airflow_ett.trainer",
+             "--config", str(config), "--job-id", "ddp", "--attempt-number", str(number)],
+            capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=tmp_path,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    first = launch(1)
+    assert first.returncode != 0, first.stderr[-3000:]
+    second = launch(2)
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "restored step 10" in second.stderr
+    d = attribute_job(read_events(str(tmp_path / "events.jsonl")).events).to_dict()
+    assert d["nof"]["total"] == 1
+    assert d["attempts"][-1]["status"] == "success"
+    assert d["phases"].get("replay", 0) > 0

@@ -1,0 +1,69 @@
+"""`python -m airflow_ett.trainer --config FILE`: one attempt of a training job.
+
+Runs alone or under torchrun (`torchrun --nproc-per-node 2 -m airflow_ett.trainer ...`).
+Job and attempt ids come from the arguments or the environment (`ETT_JOB_ID`,
+`ETT_ATTEMPT_ID`, `ETT_ATTEMPT_NUMBER`), which is how the Airflow operator passes them.
+Exit codes: 0 done, 1 application error, 75 preempted and checkpointed (resumable),
+78 bad configuration (retrying will not help).
+"""
+
+from __future__ import annotations
+
+import time
+
+_PROCESS_START = time.time()  # before torch is imported: trainer_init starts here
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_ett.trainer", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--config", required=True, help="trainer config (TOML or JSON)")
+    parser.add_argument("--job-id", default=os.environ.get("ETT_JOB_ID"))
+    parser.add_argument("--attempt-id", default=os.environ.get("ETT_ATTEMPT_ID"))
+    parser.add_argument(
+        "--attempt-number", type=int, default=int(os.environ.get("ETT_ATTEMPT_NUMBER", "1"))
+    )
+    parser.add_argument(
+        "--prewarm",
+        action="store_true",
+        help="compile on the fast batch, save the compile cache, exit",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("ETT_LOG_LEVEL", "INFO"))
+    args = parser.parse_args(argv)
+    # Our loggers at the chosen level; everything else (fbgemm logs each library it
+    # loads at INFO on the root logger) only from WARNING up.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("airflow_ett").setLevel(args.log_level.upper())
+
+    from airflow_ett.trainer import TorchRecMissingError, require_torchrec
+    from airflow_ett.trainer.config import ConfigError, load_config
+    from airflow_ett.trainer.faults import EXIT_BAD_CONFIG
+
+    try:
+        require_torchrec()
+        cfg = load_config(args.config)
+    except (ConfigError, TorchRecMissingError) as exc:
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    if args.attempt_number < 1:
+        print(
+            f"trainer: error: --attempt-number = {args.attempt_number}: must be >= 1",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_CONFIG
+    from airflow_ett.trainer.loop import Identity, run
+
+    job_id = args.job_id or f"standalone-{int(_PROCESS_START)}"
+    ident = Identity(job_id, args.attempt_id or str(args.attempt_number), args.attempt_number)
+    return run(cfg, ident, process_start=_PROCESS_START, prewarm=args.prewarm)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,847 @@
+"""A shared cache for `torch.compile` output, so a restarted or rescheduled job skips compiling.
+
+Every recovery repeats startup (DESIGN: a startup saving `d` shortens E2E by
+`(1 + NoF) * d`), and a cold PT2 compile is the largest piece of it. This module stores
+what a compile produced under a key (`cache_key`) in a directory operators can share
+between hosts (NFS, a synced bucket mount), and restores it before the next compile.
+
+What an entry holds, and why both parts
+---------------------------------------
+* **Portable artifacts** (`torch.compiler.save_cache_artifacts`): the AOTAutograd and FX
+  graph cache entries (and, on GPUs, the Triton kernels bundled in them and autotuning
+  results): what torch designed its portable cache for. On CPU it is not enough: a
+  process that loads only the artifacts still builds every C++ kernel with gcc and
+  re-runs the vector-ISA probe build, because the artifacts carry the generated source,
+  not the built `.so` files. Measured on the 2-core build machine (torch 2.13.0+cpu): a
+  small DLRM dense part compiled in 23-32 s cold and still 20-22 s after
+  `load_cache_artifacts` (bench/compile_cache.py: 27.6 s against 24.7 s cold).
+* **An archive of the local inductor cache directory** (`TORCHINDUCTOR_CACHE_DIR`): it
+  holds the built kernels, the ISA probe's build and the FX/AOTAutograd entries. With it
+  restored the same compile took 2.9 s. It is host-specific (compiler, CPU ISA), which is
+  why the CPU vector ISA is part of `cache_key` on CPU.
+
+`activate` restores the archive first and then loads the artifacts (which write into the
+same directory), so either part alone still helps and a bad part is dropped alone.
+
+When inductor reads its cache directory (torch 2.13 source, checked)
+-------------------------------------------------------------------
+* `torch._inductor.runtime.cache_dir_utils.cache_dir()` reads `TORCHINDUCTOR_CACHE_DIR`
+  from the environment on *every call* (and writes the resolved default back into the
+  environment when unset). Nothing reads it at `import torch`; the FX graph cache
+  (`<dir>/fxgraph`), the AOTAutograd cache (`<dir>/aotautograd`), kernel sources and
+  `.so` files (`<dir>/<2 chars>/`), locks and the dynamo precompile store all call it when
+  used. So setting the variable after `import torch` works, as long as it happens before
+  the first compile.
+* A few lookups derived from it are memoised (`functools.cache`), e.g.
+  `CacheBase.get_local_cache_path`; inductor registers those with
+  `torch._inductor.utils.clear_on_fresh_cache`, and its own `temporary_cache_dir` swaps
+  directories by setting the variable and calling `clear_caches()`. `activate` does the
+  same (only when `torch._inductor.utils` is already imported: otherwise nothing is
+  memoised yet), so it also works after an earlier compile pointed elsewhere.
+* `TRITON_CACHE_DIR`, when unset, is set once by the first Triton kernel launch to
+  `<inductor dir>/triton/<device>` and then sticks; `activate` sets it explicitly so the
+  Triton cache follows the key. Compile worker subprocesses receive both variables with
+  every job (`async_compile`), so a pool started earlier follows too.
+* Exception: precompiled C++ headers. `codecache._HEADER_DIR` is computed at import from
+  `default_cache_dir()` (`$TMPDIR/torchinductor_<user>/precompiled_headers`), deliberately
+  outside `TORCHINDUCTOR_CACHE_DIR`, is ~150 MB for `cpp_prefix.h`, and a process using
+  it (a warm one too: inductor prepares the header before it looks for a built kernel)
+  builds it when missing. So a warm process on a host without that PCH rebuilt it: the
+  DLRM stand-in's warm compile took 9.6 s with headers on against 3.4 s with them off
+  (bench/compile_cache.py, 2026-11-29, a fresh host per process). By default
+  `CompileCache` therefore switches `torch._inductor.config.cpp_cache_precompile_headers`
+  off. The price is the cold compile: the PCH makes each kernel build faster, so a cold
+  compile with it off was ~20% slower (30.2 s against 24.7 s for torch's defaults, medians
+  of 3 in the same run; one run under heavy load showed +50%). A cold compile is paid once
+  per key (in a prewarm task), a warm one by every restart. Hosts that restart in place
+  keep the PCH and can pass `cpu_precompiled_headers=True`. The switch is
+  part of inductor's FX graph cache key, so saver and loader must agree: the setting is
+  recorded in the manifest and an entry made with another setting is ignored.
+* Inductor config assignments are per thread in torch 2.13 (`ContextVar` overrides:
+  `torch._inductor.config.x = v` on one thread, a new thread still reads the default).
+  `activate` also changes the option's process-wide default, so a compile on another
+  thread (parallel init) runs with the same settings (`_set_process_wide`).
+* Not carried by any cache: inductor's CPU vector-ISA probe `dlopen`s its test library in
+  a fresh Python subprocess per candidate ISA, once per process (~1.1 s of a 3.4 s warm
+  compile here; the test library's build itself is in the archived dir). Running it
+  early on a background thread was tried and dropped: with it, warm processes built every
+  kernel again (same source, another build-command hash; the thread reads the default
+  config, see above, and fills inductor's process-wide caches).
+
+Cache switches (torch 2.13 defaults, all on): `torch._inductor.config.fx_graph_cache`
+(inductor output: wrapper code and kernel source; matters on CPU and GPU),
+`torch._functorch.config.enable_autograd_cache` (skips AOT tracing of the forward/backward
+joint graph; its entries point at FX graph cache entries, so it needs the former; matters
+on CPU and GPU), `torch._inductor.config.autotune_local_cache` (autotuning results: GPU,
+or CPU only with max-autotune GEMM templates). `torch._inductor.config.force_disable_caches`
+turns all of them off. `activate` does not override the user's choice but warns (and says
+so in `CacheLoad.reason`) when one that matters is off. Dynamo's own tracing is not cached
+(`torch._dynamo.config.caching_precompile` is off). What a warm compile of the DLRM
+stand-in still cost (3.4 s): importing dynamo/inductor (~1.4 s, inside `activate`; any
+compile pays it), the ISA probe (~1.1 s) and dynamo tracing plus loading the cached graphs
+and kernels (~1 s).
+
+Entry layout and atomicity
+--------------------------
+`<root>/<key>/manifest.json` names immutable payload files in the same directory,
+`artifacts-<sha>.bin` and `inductor-<sha>.tar.gz`, each with size and SHA-256. A saver
+writes each payload to a hidden temp file, fsyncs it, renames it into place and writes
+the manifest the same way, last. A reader that sees a manifest therefore sees complete
+payloads; two concurrent savers each write their own payload files and the last manifest
+wins. Payloads no manifest names are removed by later saves once older than
+`_ORPHAN_GRACE_S`, so a reader holding an older manifest has time to finish; a reader that
+still finds a payload gone re-reads the manifest once.
+
+Logging: warnings for every ignored entry or part (with the reason), info for hits and
+saves. Nothing here imports Airflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, is_dataclass
+from enum import Enum
+from pathlib import Path, PurePath
+from typing import IO, Any
+
+log = logging.getLogger(__name__)
+
+#: Bump to invalidate every entry written by an older layout of this module.
+CACHE_FORMAT = 1
+MANIFEST_NAME = "manifest.json"
+_ARTIFACTS_PREFIX = "artifacts-"
+_ARCHIVE_PREFIX = "inductor-"
+#: Payloads no manifest names are deleted by a later save only once this old.
+_ORPHAN_GRACE_S = 600.0
+#: Inductor-dir entries never archived: lock files are per host and process.
+_SKIP_TOP_LEVEL = frozenset({"locks"})
+_KEY_HEX_CHARS = 16
+_CHUNK = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------
+# Keys
+# ---------------------------------------------------------------------------------------
+
+
+def _canonical(value: Any) -> Any:
+    """JSON `default` hook: the few non-JSON types a model config legitimately holds.
+
+    Anything else raises TypeError: a `repr` fallback could embed a memory address and
+    silently give every process a different key.
+    """
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=lambda v: json.dumps(v, sort_keys=True, default=_canonical))
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    raise TypeError(f"cache_key: {type(value).__name__} is not JSON-serialisable: {value!r}")
+
+
+def _package_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def key_inputs(
+    model_config: Mapping[str, Any], device_kind: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything `cache_key` hashes, as a dict (for logs: what made two keys differ).
+
+    What invalidates compiled code, and so is in the key:
+
+    * the model config (canonical JSON: sorted keys, no whitespace), i.e. shapes, table
+      sizes, layer widths, dtypes: anything that changes the traced graphs;
+    * the torch version string (includes the build tag, `+cpu`/`+cu126`) and its git
+      commit (nightlies share version strings), CUDA/HIP versions: artifacts carry no
+      cross-version guarantee (`CacheArtifactManager` says so);
+    * the Triton version when installed (GPU kernels are built by it);
+    * the device kind (`device_kind()`: "cpu" or "cuda:<major>.<minor>"), and on CPU the
+      vector ISA torch dispatches to (AVX2, AVX512, ...): the archived `.so` files are
+      built for it, so hosts of different ISA keep separate entries instead of
+      overwriting each other's;
+    * the Python minor version (dynamo is tied to bytecode; artifacts are pickles),
+      OS and machine architecture;
+    * this module's `CACHE_FORMAT`;
+    * `extra`: whatever else the caller compiles differently with, e.g. torch.compile
+      options (mode, dynamic, fullgraph), a world size when graphs depend on it.
+
+    Not in the key, because inductor's own keys cover them and a change only costs a
+    miss inside the restored directory: the C++ compiler version, inductor config flags.
+    """
+    import torch
+
+    inputs: dict[str, Any] = {
+        "format": CACHE_FORMAT,
+        "model_config": dict(model_config),
+        "device_kind": device_kind,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "triton": _package_version("triton") or _package_version("pytorch-triton"),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "extra": dict(extra or {}),
+    }
+    if device_kind == "cpu":
+        inputs["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return inputs
+
+
+def cache_key(
+    model_config: Mapping[str, Any], device_kind: str, extra: Mapping[str, Any] | None = None
+) -> str:
+    """A short stable hex key for compiled code; see `key_inputs` for what goes in.
+
+    Stable across processes and hosts of the same kind (no hash randomisation, no object
+    ids), different whenever a listed input differs.
+    """
+    canonical = json.dumps(
+        key_inputs(model_config, device_kind, extra),
+        sort_keys=True,
+        separators=(",", ":"),
+        allow_nan=False,
+        default=_canonical,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:_KEY_HEX_CHARS]
+
+
+def device_kind(device: Any = None) -> str:
+    """The device kind for `cache_key`: "cpu", or "cuda:<major>.<minor>" (compute capability).
+
+    `device` is a torch.device, a string like "cuda:1", or None for the current default
+    (CUDA when available). Capability, not the device name, decides what kernels run.
+    """
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(dev)
+        return f"cuda:{major}.{minor}"
+    return dev.type
+
+
+# ---------------------------------------------------------------------------------------
+# Counters
+# ---------------------------------------------------------------------------------------
+
+
+def compile_counters() -> dict[str, int]:
+    """Process-wide compile statistics, for the log line and for tests.
+
+    Sources in torch 2.13 (cumulative since process start or `torch._dynamo.reset()`):
+
+    * `graphs`: `counters["stats"]["unique_graphs"]`, FX graphs dynamo produced;
+    * `recompiles`: compiles of a frame that had been compiled before (dynamo's compile
+      ids `<frame>/<n>` with n > 0), from `convert_frame.FRAME_COMPILE_COUNTER`; dynamo
+      keeps no counter for it (the `recompiles` log artifact only prints). Note that a
+      second instance of a module class compiled on its own counts too (same `forward`
+      code, guards on the instance): the DLRM stand-in's two MLPs give 1;
+    * `graph_breaks`: total of `counters["graph_break"]` (one count per break, by reason);
+    * `fx_graph_cache_hits` / `_misses` / `_bypasses`: `counters["inductor"]
+      ["fxgraph_cache_hit" | "fxgraph_cache_miss" | "fxgraph_cache_bypass"]`, one per
+      compiled forward or backward graph;
+    * `aot_autograd_cache_hits` / `_misses`: `counters["aot_autograd"]
+      ["autograd_cache_hit" | "autograd_cache_miss"]`, one per joint graph.
+    """
+    from torch._dynamo import convert_frame
+    from torch._dynamo.utils import counters
+
+    def get(group: str, name: str) -> int:
+        bucket = counters.get(group)
+        return int(bucket.get(name, 0)) if bucket is not None else 0
+
+    breaks = counters.get("graph_break")
+    return {
+        "graphs": get("stats", "unique_graphs"),
+        "recompiles": sum(max(0, n - 1) for n in convert_frame.FRAME_COMPILE_COUNTER.values()),
+        "graph_breaks": int(sum(breaks.values())) if breaks is not None else 0,
+        "fx_graph_cache_hits": get("inductor", "fxgraph_cache_hit"),
+        "fx_graph_cache_misses": get("inductor", "fxgraph_cache_miss"),
+        "fx_graph_cache_bypasses": get("inductor", "fxgraph_cache_bypass"),
+        "aot_autograd_cache_hits": get("aot_autograd", "autograd_cache_hit"),
+        "aot_autograd_cache_misses": get("aot_autograd", "autograd_cache_miss"),
+    }
+
+
+def format_counters(c: Mapping[str, int]) -> str:
+    """One log line: "graphs 1, recompiles 0, graph breaks 0, cache hits 2/2 (aot 1/1)"."""
+    fx_hits, fx_total = (
+        c["fx_graph_cache_hits"],
+        c["fx_graph_cache_hits"] + c["fx_graph_cache_misses"],
+    )
+    aot_hits, aot_total = (
+        c["aot_autograd_cache_hits"],
+        c["aot_autograd_cache_hits"] + c["aot_autograd_cache_misses"],
+    )
+    return (
+        f"graphs {c['graphs']}, recompiles {c['recompiles']}, graph breaks "
+        f"{c['graph_breaks']}, cache hits {fx_hits}/{fx_total} (aot {aot_hits}/{aot_total})"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The cache
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheLoad:
+    """What `activate` found and restored; reported as part of the compilation phase.
+
+    `hit` is True when an entry existed and at least one part of it (artifacts or
+    inductor dir) was restored; `reason` then names a part that was dropped, if any. On a
+    miss, `reason` says why (no entry, stale, corrupt, version mismatch).
+    """
+
+    key: str
+    hit: bool
+    artifacts_loaded: bool
+    inductor_dir_restored: bool
+    seconds: float
+    reason: str | None
+
+
+class _EntryError(Exception):
+    """An entry (or one part of it) that must be ignored; the message is the reason."""
+
+
+class _NoEntry(_EntryError):
+    """No entry at all: a plain miss, not worth a warning."""
+
+
+class _PayloadGone(_EntryError):
+    """A payload the manifest names is missing (a concurrent save may have replaced it)."""
+
+
+class _HashingWriter(io.RawIOBase):
+    """A write-only file wrapper that counts and hashes what passes through it."""
+
+    def __init__(self, target: IO[bytes]) -> None:
+        self._target = target
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._target.write(view)
+        self.sha256.update(view)
+        self.size += len(view)
+        return len(view)
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename durable; best effort (some network filesystems refuse dir fds)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _temp_file(directory: Path, stem: str) -> Iterator[tuple[Path, IO[bytes]]]:
+    """A hidden temp file in `directory` (same filesystem, so the final rename is atomic);
+    removed again unless the caller renamed it away."""
+    tmp = directory / f".{stem}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    try:
+        with tmp.open("xb") as fh:
+            yield tmp, fh
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+class CompileCache:
+    """Compile cache entries under a shared `root`, restored into a local inductor dir.
+
+    `root` is any directory path shared by the hosts that should share compiles (NFS, a
+    synced bucket mount); it is created on the first save. `local_dir` is where inductor
+    works in this process. The default, `$TMPDIR/airflow-ett-inductor/<key>`, is per key
+    and survives the process, so a restart on the same host finds it warm even before
+    restoring; ranks of one job on a host share it (inductor locks its own writes, and the
+    restore merges file by file). An explicit `local_dir` is used for every key.
+
+    `restore_inductor_dir=False` loads only the portable artifacts (what the benchmark
+    calls "artifacts only"; enough on GPUs whose kernels the artifacts carry).
+    `cpu_precompiled_headers=True` leaves inductor's C++ header precompiling on; see the
+    module docstring for why it is off by default.
+
+    Typical use, rank 0 saving::
+
+        cache = CompileCache(shared_root)
+        key = cache_key(model_config, device_kind())
+        load = cache.activate(key)       # before the first torch.compile
+        model = torch.compile(model); train_step(...)   # forward+backward compiled
+        if not load.hit and rank == 0:
+            cache.save(key)
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        local_dir: str | Path | None = None,
+        restore_inductor_dir: bool = True,
+        cpu_precompiled_headers: bool = False,
+    ) -> None:
+        self.root = Path(root)
+        self._local_dir = Path(local_dir) if local_dir is not None else None
+        self.restore_inductor_dir = restore_inductor_dir
+        self.cpu_precompiled_headers = cpu_precompiled_headers
+        self._active: tuple[str, Path] | None = None
+
+    # -- paths -------------------------------------------------------------------------
+
+    def local_dir_for(self, key: str) -> Path:
+        """The inductor cache dir `activate(key)` points inductor at."""
+        if self._local_dir is not None:
+            return self._local_dir.absolute()
+        return Path(tempfile.gettempdir()).absolute() / "airflow-ett-inductor" / key
+
+    def entry_dir(self, key: str) -> Path:
+        """Where the entry for `key` lives under the shared root."""
+        _check_key(key)
+        return self.root / key
+
+    # -- public API --------------------------------------------------------------------
+
+    def has(self, key: str) -> bool:
+        """Whether a complete entry for `key` exists (a readable manifest naming `key`).
+
+        Checksums are not verified here (that is `activate`'s job); this is the cheap
+        check a prewarm step uses to skip work.
+        """
+        try:
+            self._read_manifest(key)
+        except _EntryError:
+            return False
+        return True
+
+    def activate(self, key: str) -> CacheLoad:
+        """Point inductor at this key's local dir and restore the entry for `key` into it.
+
+        Call before the first `torch.compile` of the process (torch may already be
+        imported). Never raises for a bad entry: a corrupt, truncated, stale or foreign
+        entry, or one part of it, is ignored with a warning and the reason is returned.
+        """
+        start = time.perf_counter()
+        local = self.local_dir_for(key)
+        local.mkdir(parents=True, exist_ok=True)
+        switch_problems = self._point_inductor_at(local)
+        self._active = (key, local)
+
+        entry = self.entry_dir(key)
+        for attempt in (1, 2):
+            try:
+                manifest = self._read_manifest(key)
+            except _EntryError as exc:
+                miss = "; ".join([str(exc), *switch_problems])
+                if isinstance(exc, _NoEntry):
+                    log.info("compile cache miss for %s: %s", key, miss)
+                else:
+                    log.warning("compile cache entry for %s ignored: %s", key, miss)
+                return CacheLoad(key, False, False, False, time.perf_counter() - start, miss)
+            artifacts_loaded, dir_restored, problems, gone = self._restore(entry, manifest, local)
+            if not gone or attempt == 2:
+                break
+            # A concurrent save replaced the entry and removed the payloads our manifest
+            # named: the new manifest names complete ones.
+            log.info("compile cache entry %s changed while reading; reading it again", entry)
+
+        hit = artifacts_loaded or dir_restored
+        problems = [*problems, *switch_problems]
+        seconds = time.perf_counter() - start
+        if problems:
+            log.warning(
+                "compile cache entry %s %s: %s",
+                entry,
+                "partly used" if hit else "ignored",
+                "; ".join(problems),
+            )
+        log.info(
+            "compile cache %s for %s in %.2fs (artifacts %s, inductor dir %s)",
+            "hit" if hit else "miss",
+            key,
+            seconds,
+            "loaded" if artifacts_loaded else "not loaded",
+            "restored" if dir_restored else "not restored",
+        )
+        return CacheLoad(
+            key, hit, artifacts_loaded, dir_restored, seconds, "; ".join(problems) or None
+        )
+
+    def _restore(
+        self, entry: Path, manifest: dict[str, Any], local: Path
+    ) -> tuple[bool, bool, list[str], bool]:
+        """Restore both parts; returns (artifacts loaded, dir restored, problems, whether
+        a payload had vanished). Each part fails alone and never raises."""
+        problems: list[str] = []
+        gone = False
+        dir_restored = artifacts_loaded = False
+        if self.restore_inductor_dir:
+            try:
+                dir_restored = self._restore_archive(entry, manifest, local)
+            except _EntryError as exc:
+                gone = gone or isinstance(exc, _PayloadGone)
+                problems.append(f"inductor dir not restored: {exc}")
+            except Exception as exc:  # an unexpected failure must not stop the job
+                log.debug("archive restore failed", exc_info=True)
+                problems.append(f"inductor dir not restored: {type(exc).__name__}: {exc}")
+        try:
+            artifacts_loaded = self._load_artifacts(entry, manifest)
+        except _EntryError as exc:
+            gone = gone or isinstance(exc, _PayloadGone)
+            problems.append(f"artifacts not loaded: {exc}")
+        except Exception as exc:
+            log.debug("artifact load failed", exc_info=True)
+            problems.append(f"artifacts not loaded: {type(exc).__name__}: {exc}")
+        return artifacts_loaded, dir_restored, problems, gone
+
+    def save(self, key: str) -> Path:
+        """Store this process's compile output for `key` under the shared root.
+
+        Call after compiling and running at least one full training step, so the backward
+        graph is compiled too. Writes the portable artifacts and a tar.gz of the local
+        inductor dir, then the manifest last, each atomically (temp file, fsync, rename).
+        Returns the entry directory. I/O errors propagate: the caller decides whether a
+        failed save matters (a prewarm task should fail; a training job can go on).
+        """
+        import torch
+
+        if self._active is None or self._active[0] != key:
+            raise RuntimeError(
+                f"CompileCache.save({key!r}): activate({key!r}) was not called in this "
+                "process, so inductor did not compile into this key's local dir"
+            )
+        local = self._active[1]
+        start = time.perf_counter()
+        entry = self.entry_dir(key)
+        entry.mkdir(parents=True, exist_ok=True)
+
+        artifacts_meta: dict[str, Any] | None = None
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            blob, info = saved
+            counts = {kind: len(keys) for kind, keys in sorted(info.artifacts.items())}
+            artifacts_meta = self._write_payload(
+                entry, _ARTIFACTS_PREFIX, ".bin", lambda fh: fh.write(blob)
+            )
+            artifacts_meta["counts"] = counts
+        else:
+            log.warning(
+                "compile cache save for %s: torch recorded no cache artifacts (nothing "
+                "compiled in this process?); storing the inductor dir only",
+                key,
+            )
+
+        file_count = 0
+        unpacked = 0
+
+        def write_archive(fh: IO[bytes]) -> None:
+            nonlocal file_count, unpacked
+            with tarfile.open(fileobj=fh, mode="w:gz", compresslevel=1) as tar:
+                for path, arcname in _walk_local(local):
+                    try:
+                        tar.add(path, arcname=arcname, recursive=False)
+                    except FileNotFoundError:  # removed while we walked; not needed
+                        continue
+                    file_count += 1
+                    with contextlib.suppress(OSError):
+                        unpacked += path.stat().st_size
+
+        archive_meta = self._write_payload(entry, _ARCHIVE_PREFIX, ".tar.gz", write_archive)
+        archive_meta["files"] = file_count
+        archive_meta["unpacked_bytes"] = unpacked
+
+        manifest = {
+            "format": CACHE_FORMAT,
+            "key": key,
+            "torch": torch.__version__,
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "settings": self._settings(),
+            "created": time.time(),
+            "host": platform.node(),
+            "artifacts": artifacts_meta,
+            "inductor_dir": archive_meta,
+        }
+        with _temp_file(entry, "manifest") as (tmp, fh):
+            fh.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.replace(tmp, entry / MANIFEST_NAME)
+        _fsync_dir(entry)
+        self._remove_orphans(entry, manifest)
+        log.info(
+            "compile cache saved %s in %.2fs: artifacts %s B, inductor dir %s B (%d files)",
+            entry,
+            time.perf_counter() - start,
+            artifacts_meta["size"] if artifacts_meta else 0,
+            archive_meta["size"],
+            file_count,
+        )
+        return entry
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        """Inductor settings saver and loader must share (they are in inductor's keys)."""
+        return {"cpp_cache_precompile_headers": self.cpu_precompiled_headers}
+
+    def _point_inductor_at(self, local: Path) -> list[str]:
+        """Set inductor's (and Triton's) cache dirs; return cache switches found off."""
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(local)
+        os.environ["TRITON_CACHE_DIR"] = str(local / "triton")
+        if "torch._inductor.utils" in sys.modules:
+            from torch._inductor.utils import clear_caches
+
+            clear_caches()
+
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        if not self.cpu_precompiled_headers:
+            _set_process_wide(inductor_config, "cpp_cache_precompile_headers", False)
+        switches = (
+            ("torch._inductor.config.fx_graph_cache is off", not inductor_config.fx_graph_cache),
+            (
+                "torch._functorch.config.enable_autograd_cache is off",
+                not functorch_config.enable_autograd_cache,
+            ),
+            (
+                "torch._inductor.config.force_disable_caches is on",
+                bool(inductor_config.force_disable_caches),
+            ),
+        )
+        off = [label for label, is_off in switches if is_off]
+        if off:
+            problem = f"compile caching is switched off ({', '.join(off)}): entries cannot help"
+            log.warning("compile cache: %s", problem)
+            return [problem]
+        return []
+
+    def _read_manifest(self, key: str) -> dict[str, Any]:
+        import torch
+
+        path = self.entry_dir(key) / MANIFEST_NAME
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise _NoEntry(f"no entry for key {key} under {self.root}") from None
+        except OSError as exc:
+            raise _EntryError(f"manifest unreadable: {exc}") from exc
+        try:
+            manifest = json.loads(raw)
+        except ValueError as exc:
+            raise _EntryError(f"manifest is not valid JSON (truncated?): {exc}") from exc
+        if not isinstance(manifest, dict):
+            raise _EntryError("manifest is not a JSON object")
+        if manifest.get("format") != CACHE_FORMAT:
+            raise _EntryError(
+                f"stale entry: cache format {manifest.get('format')!r}, expected {CACHE_FORMAT}"
+            )
+        if manifest.get("key") != key:
+            raise _EntryError(f"manifest names key {manifest.get('key')!r}, not {key!r}")
+        if manifest.get("torch") != torch.__version__:
+            raise _EntryError(
+                f"version mismatch: entry written by torch {manifest.get('torch')}, "
+                f"this is {torch.__version__}"
+            )
+        if manifest.get("settings") != self._settings():
+            raise _EntryError(
+                f"inductor settings differ: entry {manifest.get('settings')}, "
+                f"this process {self._settings()}"
+            )
+        return manifest
+
+    def _payload(self, entry: Path, meta: Any, what: str) -> Path:
+        """The verified path of a payload named in a manifest (size and SHA-256 checked)."""
+        if not isinstance(meta, dict) or not {"file", "size", "sha256"} <= meta.keys():
+            raise _EntryError(f"manifest has no valid {what} record")
+        name = meta["file"]
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            raise _EntryError(f"manifest names a bad {what} file {name!r}")
+        path = entry / name
+        try:
+            size, digest = _file_digest(path)
+        except FileNotFoundError:
+            raise _PayloadGone(f"{what} file {name} is missing") from None
+        if size != meta["size"]:
+            raise _EntryError(
+                f"{what} file {name} has {size} bytes, manifest says {meta['size']} (truncated?)"
+            )
+        if digest != meta["sha256"]:
+            raise _EntryError(f"{what} file {name} fails its checksum (corrupt)")
+        return path
+
+    def _restore_archive(self, entry: Path, manifest: dict[str, Any], local: Path) -> bool:
+        """Unpack the archived inductor dir beside `local`, then move it in atomically."""
+        archive = self._payload(entry, manifest.get("inductor_dir"), "inductor dir archive")
+        staging = Path(tempfile.mkdtemp(prefix=f".{local.name}.restore-", dir=local.parent))
+        try:
+            try:
+                with tarfile.open(archive, mode="r:gz") as tar:
+                    tar.extractall(staging, filter="data")
+            except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+                raise _EntryError(f"archive unreadable: {type(exc).__name__}: {exc}") from exc
+            _merge_into(staging, local)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return True
+
+    def _load_artifacts(self, entry: Path, manifest: dict[str, Any]) -> bool:
+        import torch
+
+        meta = manifest.get("artifacts")
+        if meta is None:
+            raise _EntryError("the entry has no portable artifacts (none were recorded)")
+        blob = self._payload(entry, meta, "artifacts").read_bytes()
+        info = torch.compiler.load_cache_artifacts(blob)
+        if info is None:
+            raise _EntryError("torch could not deserialise them (see torch's warning)")
+        return True
+
+    def _write_payload(
+        self, entry: Path, prefix: str, suffix: str, write: Callable[[IO[bytes]], object]
+    ) -> dict[str, Any]:
+        """Write a payload through `write(fh)`, hashed on the way, and rename it to its
+        content-addressed name. Returns its manifest record."""
+        with _temp_file(entry, prefix.rstrip("-")) as (tmp, fh):
+            hashing = _HashingWriter(fh)
+            buffered = io.BufferedWriter(hashing, buffer_size=_CHUNK)
+            write(buffered)
+            buffered.flush()
+            fh.flush()
+            os.fsync(fh.fileno())
+            digest = hashing.sha256.hexdigest()
+            name = f"{prefix}{digest[:32]}{suffix}"
+            os.replace(tmp, entry / name)
+        _fsync_dir(entry)
+        return {"file": name, "size": hashing.size, "sha256": digest}
+
+    def _remove_orphans(self, entry: Path, manifest: Mapping[str, Any]) -> None:
+        """Delete payloads no manifest names, once older than the grace period (a reader
+        may still hold the manifest that named them)."""
+        keep = {
+            meta["file"]
+            for meta in (manifest.get("artifacts"), manifest.get("inductor_dir"))
+            if isinstance(meta, dict)
+        }
+        now = time.time()
+        for path in entry.iterdir():
+            name = path.name
+            is_payload = name.startswith((_ARTIFACTS_PREFIX, _ARCHIVE_PREFIX))
+            is_stale_tmp = name.startswith(".") and name.endswith(".tmp")
+            if name in keep or not (is_payload or is_stale_tmp):
+                continue
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > _ORPHAN_GRACE_S:
+                    path.unlink()
+
+
+def _set_process_wide(config_module: Any, name: str, value: Any) -> None:
+    """Set a torch config option for every thread, not just the caller's.
+
+    In torch 2.13 `torch._inductor.config.x = v` is a `ContextVar` override: a thread
+    started later (or any other thread) still sees the default (checked: main False,
+    new thread True). The trainer may compile on another thread than the one that
+    called `activate` (parallel init), and a compile that ran with other settings
+    than the saver's misses the FX graph cache. So the option's default is changed too
+    (private `_config[name].default`; skipped with a warning if torch moves it).
+    """
+    setattr(config_module, name, value)
+    entry = getattr(config_module, "_config", {}).get(name)
+    if entry is not None and hasattr(entry, "default"):
+        entry.default = value
+    else:
+        log.warning(
+            "compile cache: cannot set %s.%s for other threads; call activate() on the "
+            "thread that compiles",
+            config_module.__name__,
+            name,
+        )
+
+
+def _check_key(key: str) -> None:
+    if not key or not all(c.isalnum() or c in "-_." for c in key) or key.startswith("."):
+        raise ValueError(f"bad compile cache key {key!r}: use cache_key()")
+
+
+def _walk_local(local: Path) -> Iterator[tuple[Path, str]]:
+    """Files and dirs of the inductor dir worth archiving, with their archive names.
+
+    Skips lock files (per host) and inductor's in-flight temp files (hidden `*.tmp`).
+    """
+    for dirpath, dirnames, filenames in os.walk(local):
+        rel = Path(dirpath).relative_to(local)
+        if rel == Path("."):
+            dirnames[:] = [d for d in dirnames if d not in _SKIP_TOP_LEVEL]
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(".tmp") or name.endswith(".lock"):
+                continue
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            yield path, str(rel / name)
+
+
+def _merge_into(staging: Path, local: Path) -> None:
+    """Move the unpacked tree into `local`: one rename when `local` is empty, otherwise
+    file by file, each an atomic rename, keeping files already there (another rank or an
+    earlier attempt on this host may be using them)."""
+    with contextlib.suppress(OSError):
+        local.rmdir()  # only succeeds when empty
+    if not local.exists():
+        try:
+            os.rename(staging, local)
+            staging.mkdir()  # the caller removes it
+            return
+        except OSError:
+            pass  # lost a race with another restorer: merge instead
+    local.mkdir(parents=True, exist_ok=True)
+    for dirpath, _dirnames, filenames in os.walk(staging):
+        rel = Path(dirpath).relative_to(staging)
+        target_dir = local / rel
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            target = target_dir / name
+            if not target.exists():
+                os.replace(Path(dirpath) / name, target)

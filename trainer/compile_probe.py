@@ -1,0 +1,226 @@
+"""One compile in a fresh process, measured: the child that compile-cache tests and
+`bench/compile_cache.py` start.
+
+A compile has to be measured in a process of its own: torch keeps compiled code, loaded
+kernels and cache lookups in memory, so a second compile in the same process says nothing
+about a restarted job. This module builds a small model from plain torch modules,
+activates a `CompileCache`, compiles, runs a few training steps (forward, backward,
+optimizer step, so the backward graph is compiled too), optionally saves the cache, and
+prints one line `COMPILE_PROBE {json}` with the timings, the `CacheLoad` and
+`compile_counters()`.
+
+Models (plain torch, no torchrec, so they compile the same on any host):
+
+* `mlp`: 16 -> 64 -> 64 -> 1 with the loss inside the compiled module; a cold compile is
+  ~15-20 s on the 2-core build machine, short enough for tests.
+* `dlrm-dense`: a stand-in for the DLRM dense part with the shapes of the reference
+  job: dense arch 13 -> 512 -> 256 -> 64, 8 pooled embedding tables of 64 dims (plain
+  `nn.EmbeddingBag`, eager, as torchrec's are never compiled), DLRM's pairwise-dot
+  interaction (64 + 36 features), over arch -> 512 -> 256 -> 1. Like the trainer, the
+  dense arch, interaction and over arch are compiled as three modules.
+
+usage: python -m airflow_ett.trainer.compile_probe --root DIR [--local-dir DIR]
+       [--model mlp|dlrm-dense] [--cache on|artifacts-only|off] [--save] [--steps N]
+       [--batch N] [--config-extra JSON] [--no-compile] [--precompiled-headers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+_T0 = time.perf_counter()
+
+import torch  # noqa: E402  (import time is part of what we report)
+from torch import nn  # noqa: E402
+
+from airflow_ett.trainer.compile_cache import (  # noqa: E402
+    CacheLoad,
+    CompileCache,
+    cache_key,
+    compile_counters,
+    device_kind,
+    format_counters,
+)
+
+IMPORT_S = time.perf_counter() - _T0
+MARKER = "COMPILE_PROBE "
+
+
+class SmallMLP(nn.Module):
+    """The test model: tiny, fixed shapes, loss in the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)
+        )
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.net(x).squeeze(-1)
+        return nn.functional.binary_cross_entropy_with_logits(logits, y)
+
+
+class MLP(nn.Module):
+    """Linear+ReLU layers, like torchrec's `MLP`/`DenseArch`/`OverArch`.
+
+    A module class of our own on purpose: `nn.Sequential(...).compile()` is a silent no-op
+    in torch 2.13 (its frames live in torch/nn, which dynamo skips: no graph, no error),
+    while `compile()` of a module defined outside torch traces the Sequential inside it.
+    """
+
+    def __init__(self, sizes: list[int], *, last_relu: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+            layers.append(nn.Linear(a, b))
+            if last_relu or i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.layers(x)
+        return out
+
+
+class Interaction(nn.Module):
+    """DLRM's interaction: the dense vector plus the upper-triangle pairwise dots."""
+
+    rows: torch.Tensor
+    cols: torch.Tensor
+
+    def __init__(self, num_features: int) -> None:
+        super().__init__()
+        rows, cols = torch.triu_indices(num_features, num_features, offset=1)
+        self.register_buffer("rows", rows, persistent=False)
+        self.register_buffer("cols", cols, persistent=False)
+
+    def forward(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        combined = torch.cat([dense.unsqueeze(1), pooled], dim=1)  # B x F x D
+        dots = torch.bmm(combined, combined.transpose(1, 2))
+        return torch.cat([dense, dots[:, self.rows, self.cols]], dim=1)
+
+
+class DenseDLRM(nn.Module):
+    """A DLRM whose sparse part is plain EmbeddingBags; see the module docstring."""
+
+    def __init__(self, tables: int = 8, rows: int = 1000, dim: int = 64) -> None:
+        super().__init__()
+        self.tables = tables
+        self.rows = rows
+        self.embeddings = nn.ModuleList(
+            nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables)
+        )
+        self.dense_arch = MLP([13, 512, 256, dim], last_relu=True)
+        self.inter_arch = Interaction(tables + 1)
+        pairs = (tables + 1) * tables // 2
+        self.over_arch = MLP([dim + pairs, 512, 256, 1], last_relu=False)
+
+    def dense_parts(self) -> list[nn.Module]:
+        return [self.dense_arch, self.inter_arch, self.over_arch]
+
+    def forward(self, dense: torch.Tensor, ids: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        pooled = torch.stack([emb(ids[:, t]) for t, emb in enumerate(self.embeddings)], dim=1)
+        features = self.inter_arch(self.dense_arch(dense), pooled)
+        logits = self.over_arch(features).squeeze(-1)
+        return nn.functional.binary_cross_entropy_with_logits(logits, y)
+
+
+def build(name: str, batch: int) -> tuple[nn.Module, list[nn.Module], tuple[torch.Tensor, ...]]:
+    """The model, the modules to compile, and one fixed batch."""
+    torch.manual_seed(0)
+    if name == "mlp":
+        mlp = SmallMLP()
+        return mlp, [mlp], (torch.randn(batch, 16), torch.rand(batch))
+    if name == "dlrm-dense":
+        dlrm = DenseDLRM()
+        ids = torch.randint(0, dlrm.rows, (batch, dlrm.tables, 4))
+        return dlrm, dlrm.dense_parts(), (torch.randn(batch, 13), ids, torch.rand(batch))
+    raise SystemExit(f"unknown model {name!r}")
+
+
+def model_config(name: str, batch: int, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"probe_model": name, "batch": batch, **extra}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", required=True, help="shared compile cache root")
+    parser.add_argument("--local-dir", help="inductor cache dir (default: per key in $TMPDIR)")
+    parser.add_argument("--model", choices=["mlp", "dlrm-dense"], default="mlp")
+    parser.add_argument(
+        "--cache",
+        choices=["on", "artifacts-only", "off"],
+        default="on",
+        help="off: no CompileCache at all, torch's defaults in a fresh --local-dir",
+    )
+    parser.add_argument("--save", action="store_true", help="save the cache after the steps")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--config-extra", default="{}", help="JSON merged into the config")
+    parser.add_argument("--no-compile", action="store_true", help="activate only")
+    parser.add_argument(
+        "--precompiled-headers",
+        action="store_true",
+        help="leave inductor's C++ header precompiling on (CompileCache turns it off)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+
+    key = cache_key(
+        model_config(args.model, args.batch, json.loads(args.config_extra)), device_kind("cpu")
+    )
+    cache = CompileCache(
+        args.root,
+        local_dir=args.local_dir,
+        restore_inductor_dir=args.cache == "on",
+        cpu_precompiled_headers=args.precompiled_headers,
+    )
+    if args.cache == "off":
+        if args.local_dir is None or args.save:
+            parser.error("--cache off needs --local-dir and cannot --save")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.local_dir
+        load = CacheLoad(key, False, False, False, 0.0, "cache off")
+    else:
+        load = cache.activate(key)
+    result: dict[str, Any] = {"key": key, "import_s": IMPORT_S, "load": asdict(load)}
+    if not args.no_compile:
+        model, parts, batch = build(args.model, args.batch)
+        for part in parts:
+            part.compile()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        times, losses = [], []
+        for _ in range(max(1, args.steps)):
+            t = time.perf_counter()
+            loss = model(*batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t)
+            losses.append(float(loss.detach()))
+        result.update(
+            first_step_s=times[0],
+            compile_s=load.seconds + times[0],
+            step_s=statistics.median(times[1:]) if len(times) > 1 else None,
+            losses=losses,
+            counters=compile_counters(),
+        )
+        logging.info("compiled: %s", format_counters(result["counters"]))
+        if args.save:
+            t = time.perf_counter()
+            result["entry"] = str(cache.save(key))
+            result["save_s"] = time.perf_counter() - t
+    print(MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Run a job's attempts as child processes, restarting in place after a failure.
+
+Restarting inside the same allocation (instead of going back through the scheduler) is
+the cheapest recovery there is: no queueing, no new placement. This launcher is that
+loop, shared by the Airflow train operator, the benchmarks and the tests: start the
+trainer (alone or under torchrun), wait, classify how it ended, report what the child
+could not report itself (a SIGKILLed process says nothing), and start the next attempt
+while the failure is one a restart can heal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from airflow_ett.trainer.faults import (
+    EXIT_APPLICATION,
+    EXIT_BAD_CONFIG,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+)
+
+Cause = Literal["preemption", "infra", "application", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExitClass:
+    status: Literal["success", "failed"]
+    cause: Cause | None
+    retryable: bool
+    reported_by_child: bool  # whether the trainer itself emitted attempt_ended
+    description: str
+
+
+def classify_exit(code: int) -> ExitClass:
+    """What an attempt's exit code means. Negative codes are signals (subprocess's
+    convention); 128+N is a shell's or torchrun's way of saying the same."""
+    if code == EXIT_OK:
+        return ExitClass("success", None, False, True, "finished")
+    if code == EXIT_PREEMPTED:
+        return ExitClass("failed", "preemption", True, True, "preempted, checkpointed")
+    if code == EXIT_BAD_CONFIG:
+        return ExitClass("failed", "application", False, True,
+                         "bad configuration: a retry cannot help")
+    if code == EXIT_APPLICATION:
+        return ExitClass("failed", "application", True, True, "the training code raised")
+    signum = -code if code < 0 else code - 128 if code > 128 else None
+    if signum in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
+        name = signal.Signals(signum).name
+        return ExitClass("failed", "infra", True, False, f"killed by {name}")
+    if signum == signal.SIGTERM:
+        return ExitClass("failed", "preemption", True, False, "terminated (SIGTERM)")
+    return ExitClass("failed", "unknown", True, False, f"exit code {code}")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    number: int
+    attempt_id: str
+    exit_code: int
+    exit_class: ExitClass
+    started: float
+    ended: float
+
+
+@dataclass(slots=True)
+class LaunchResult:
+    attempts: list[AttemptOutcome] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return bool(self.attempts) and self.attempts[-1].exit_code == EXIT_OK
+
+    @property
+    def last(self) -> AttemptOutcome:
+        return self.attempts[-1]
+
+
+Reporter = Callable[[AttemptOutcome], None]
+
+
+def trainer_command(config: str | Path, *, nproc: int = 1, prewarm: bool = False,
+                    python: str = sys.executable) -> list[str]:
+    """The command line of one attempt: the module directly, or under torchrun."""
+    args = ["-m", "airflow_ett.trainer", "--config", str(config)]
+    if prewarm:
+        args.append("--prewarm")
+    if nproc <= 1:
+        return [python, *args]
+    torchrun = str(Path(python).with_name("torchrun"))
+    return [torchrun, "--standalone", "--nproc-per-node", str(nproc), *args]
+
+
+def run_attempts(
+    config: str | Path,
+    job_id: str,
+    *,
+    max_attempts: int = 3,
+    first_attempt: int = 1,
+    nproc: int = 1,
+    attempt_id: Callable[[int], str] = str,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stdout: IO[str] | None = None,
+    report_unreported: Reporter | None = None,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
+    timeout: float | None = None,
+    extra_args: Sequence[str] = (),
+) -> LaunchResult:
+    """Run attempts `first_attempt, first_attempt+1, ...` until one succeeds, one fails
+    in a way a restart cannot heal, or `max_attempts` ran. `report_unreported` is told
+    about every attempt that ended without reporting itself (killed); the caller
+    records it (the operator through the emitter)."""
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts = {max_attempts!r}: must be >= 1")
+    result = LaunchResult()
+    base_env = {**os.environ, **(env or {})}
+    for number in range(first_attempt, first_attempt + max_attempts):
+        aid = attempt_id(number)
+        child_env = {**base_env, "ETT_JOB_ID": job_id, "ETT_ATTEMPT_ID": aid,
+                     "ETT_ATTEMPT_NUMBER": str(number)}
+        started = time.time()
+        proc = subprocess.Popen(
+            [*trainer_command(config, nproc=nproc), *extra_args], env=child_env, cwd=cwd,
+            stdout=stdout if stdout is not None else None,
+            stderr=subprocess.STDOUT if stdout is not None else None, text=True,
+        )
+        if on_start is not None:
+            on_start(proc)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        outcome = AttemptOutcome(number, aid, code, classify_exit(code), started, time.time())
+        result.attempts.append(outcome)
+        if not outcome.exit_class.reported_by_child and report_unreported is not None:
+            report_unreported(outcome)
+        if code == EXIT_OK or not outcome.exit_class.retryable:
+            break
+    return result

@@ -1,0 +1,668 @@
+"""One attempt of a training job, from process start to exit, with every phase reported.
+
+The start-up is a small dependency graph, run in parallel when `parallel_init` is on:
+
+    checkpoint discovery (cheap: which checkpoint, which data cursor)
+      |-> data pipeline start at that cursor ............................ (thread)
+      |-> model creation -> checkpoint restore -> compile on the fast batch (main thread)
+    then: wait for the first real batch, train.
+
+Without `fast_batch`, compilation waits for the first real batch (the baseline the
+source work measured); without `parallel_init`, everything runs one after the other.
+Rank 0 reports; other ranks train silently (one reporter per job, DESIGN section 1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from airflow_ett.emit import Emitter, JsonlSink
+from airflow_ett.ett.checkpoint_math import auto_interval
+from airflow_ett.trainer.config import TrainerConfig
+from airflow_ett.trainer.faults import (
+    EXIT_APPLICATION,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    FaultInjector,
+    PreemptionFlag,
+)
+from airflow_ett.trainer.model import build_dlrm, compile_dense, dense_modules
+from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
+
+log = logging.getLogger("airflow_ett.trainer")
+
+COMMIT_MARKER = "COMMITTED.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    job_id: str
+    attempt_id: str
+    attempt_number: int
+
+
+@dataclass(frozen=True, slots=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_reporter(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_environment(cls) -> DistEnv:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            device = torch.device("cuda", local)
+            torch.cuda.set_device(device)
+        else:
+            device = torch.device("cpu")
+        return cls(rank, world, local, device)
+
+
+@dataclass(slots=True)
+class Progress:
+    """Aggregates steps into progress spans of about a second, so a fast loop does not
+    send an event per step; flushed before checkpoints, faults and at the end."""
+
+    emitter: Emitter
+    span_s: float = 1.0
+    start_ts: float | None = None
+    step_start: int = 0
+    step_end: int = 0
+    cursor_start: int = 0
+    cursor_end: int = 0
+    loss: float | None = None
+
+    def add(
+        self,
+        step: int,
+        cursor_start: int,
+        cursor_end: int,
+        t0: float,
+        t1: float,
+        loss: float | None,
+    ) -> None:
+        if self.start_ts is None:
+            self.start_ts, self.step_start, self.cursor_start = t0, step - 1, cursor_start
+        self.step_end, self.cursor_end, self.loss = step, cursor_end, loss
+        if t1 - self.start_ts >= self.span_s:
+            self.flush(t1)
+
+    def flush(self, end_ts: float | None = None) -> None:
+        if self.start_ts is None:
+            return
+        self.emitter.progress(
+            self.step_start,
+            self.step_end,
+            self.cursor_start,
+            self.cursor_end,
+            self.start_ts,
+            end_ts,
+            loss=self.loss,
+        )
+        self.start_ts = None
+
+
+@dataclass(slots=True)
+class Trainer:
+    cfg: TrainerConfig
+    ident: Identity
+    env: DistEnv
+    emitter: Emitter
+    process_start: float
+    preemption: PreemptionFlag = field(default_factory=PreemptionFlag)
+    model: Any = None
+    optimizers: dict[str, Any] = field(default_factory=dict)
+    manager: Any = None
+    pipeline: Any = None
+    step: int = 0
+    cursor: int = 0
+    save_started: dict[int, tuple[float, bool]] = field(default_factory=dict)
+    cursor_at_save: dict[int, int] = field(default_factory=dict)
+    _cache_missed: bool = False
+    _save_cache_after_first_step: Any = None
+    _cache_saver: threading.Thread | None = None
+    step_time_s: float | None = None
+    interval_s: float | None = None
+
+    # -- start-up ------------------------------------------------------------------------
+
+    def _spec(self) -> Any:
+        from airflow_ett.trainer.data import ClickLogSpec
+
+        m = self.cfg.model
+        return ClickLogSpec(
+            seed=self.cfg.seed,
+            num_dense=m.num_dense,
+            tables=m.tables,
+            ids_per_feature=m.ids_per_feature,
+            batch_size=self.cfg.batch_size,
+        )
+
+    def _discover(self) -> dict[str, Any] | None:
+        """The newest committed checkpoint's `extra` (cursor, step), without loading it:
+        the data pipeline can start at the right cursor while the model is built."""
+        latest = self.manager.latest()
+        if latest is None:
+            return None
+        try:
+            marker = json.loads((Path(latest) / COMMIT_MARKER).read_text())
+            return dict(marker["extra"])
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("checkpoint %s: cannot read its marker (%s); restore decides", latest, exc)
+            return None
+
+    def _build_model(self) -> None:
+        from airflow_ett.trainer.model import build_dlrm as _build
+
+        cfg, env = self.cfg, self.env
+        if env.world_size == 1:
+            self.model = _build(cfg.model, seed=cfg.seed, device=env.device)
+            self.optimizers = {"all": torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr_dense)}
+            return
+        self.model, self.optimizers = _build_sharded(cfg, env)
+
+    def _train_state(self) -> TrainState:
+        return TrainState(self.model, self.optimizers, sharded=self.env.world_size > 1)
+
+    def _restore(self) -> dict[str, Any] | None:
+        result = self.manager.restore({"train": self._train_state()})
+        if result is None:
+            return None
+        for path, reason in result.skipped:
+            log.warning("checkpoint %s skipped: %s", path, reason)
+        extra = dict(result.extra)
+        if "rng" in extra:
+            set_rng_state(extra["rng"])
+        log.info(
+            "restored step %d (cursor %d) from %s",
+            extra.get("step", result.step),
+            extra.get("cursor", 0),
+            result.path,
+        )
+        return extra
+
+    def _compile_on(self, batch: Any) -> None:
+        """Compile the dense arches by running them forward and backward on `batch` with
+        the embeddings detached: no parameter is updated (the tables' fused optimizer
+        would step in backward), yet the graphs are exactly those training will run."""
+        compile_dense(self.model)
+        dense_arch, inter_arch, over_arch = dense_modules(self.model)
+        inner: Any = getattr(self.model, "module", self.model)  # unwrap DMP
+        with torch.no_grad():
+            pooled = inner.model.sparse_arch(batch.sparse)  # [B, F, D], not compiled
+        pooled = pooled.detach().requires_grad_()  # as in training: a grad flows back
+        logits = over_arch(
+            inter_arch(dense_features=dense_arch(batch.dense), sparse_features=pooled)
+        ).squeeze(-1)
+        torch.autograd.backward(
+            torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+        )
+        for module in (dense_arch, inter_arch, over_arch):
+            for p in module.parameters():
+                p.grad = None
+
+    def _compile_cache(self) -> Any:
+        if not (
+            self.cfg.compile and self.cfg.optimizations.compile_cache and self.cfg.compile_cache_dir
+        ):
+            return None
+        from airflow_ett.trainer.compile_cache import CompileCache
+
+        return CompileCache(self.cfg.compile_cache_dir)
+
+    def cache_key(self) -> str:
+        from airflow_ett.trainer.compile_cache import cache_key, device_kind
+
+        key: str = cache_key(
+            self.cfg.model.to_dict(),
+            device_kind(self.env.device),
+            {"batch_size": self.cfg.batch_size, "world_size": self.env.world_size},
+        )
+        return key
+
+    def _compile(self, batch: Any, cache: Any) -> bool:
+        """Compile (through the cache when there is one); True when the cache missed and
+        should be saved once backward has run."""
+        em = self.emitter
+        missed = False
+        with em.phase("compile"):
+            if cache is not None:
+                with em.phase("cache_load"):
+                    load = cache.activate(self.cache_key())
+                missed = not load.hit
+                log.info(
+                    "compile cache %s (%s)", "hit" if load.hit else "miss", load.reason or "ok"
+                )
+            self._compile_on(batch)
+        return missed
+
+    def start(self) -> Iterator[Any]:
+        """Everything up to the first real batch; returns the batch iterator."""
+        from airflow_ett.trainer.checkpoint import CheckpointManager
+        from airflow_ett.trainer.data import DataPipeline, fast_batch
+
+        cfg, em, opt = self.cfg, self.emitter, self.cfg.optimizations
+        trainer_init = em.phase_start("trainer_init", ts=self.process_start)
+        if self.env.world_size > 1 and not dist.is_initialized():
+            with em.phase("process_group_init"):
+                dist.init_process_group("nccl" if self.env.device.type == "cuda" else "gloo")
+        self.manager = CheckpointManager(
+            cfg.checkpoint_dir,
+            keep_last=cfg.keep_last,
+            async_save=opt.async_checkpoint,
+            on_commit=self._on_commit,
+        )
+        resume = self._discover()
+        start_cursor = int(resume["cursor"]) if resume else 0
+        spec = self._spec()
+        self.pipeline = DataPipeline(
+            spec,
+            start_cursor=start_cursor,
+            num_workers=cfg.num_workers,
+            prefetch=cfg.prefetch,
+            rank=self.env.rank,
+            world_size=self.env.world_size,
+            startup_latency_s=cfg.data_startup_latency_s,
+        )
+        em.phase_end("trainer_init", trainer_init)
+        cache = self._compile_cache()
+        data_error: list[BaseException] = []
+
+        def start_data() -> None:
+            try:
+                with em.phase("data_pipeline_init"):
+                    self.pipeline.start()
+                    self.pipeline.wait_ready()
+            except BaseException as exc:  # re-raised on the main thread
+                data_error.append(exc)
+
+        def build_restore_compile() -> None:
+            with em.phase("model_creation"):
+                self._build_model()
+            if resume is not None:
+                with em.phase("checkpoint_restore"):
+                    restored = self._restore()
+                self._resume_from(restored)
+            if cfg.compile and opt.fast_batch:
+                self._cache_missed = self._compile(fast_batch(spec).to(self.env.device), cache)
+
+        self._cache_missed = False
+        if opt.parallel_init:
+            data_thread = threading.Thread(target=start_data, name="ett-data-init")
+            data_thread.start()
+            build_restore_compile()
+            with em.phase("first_batch"):
+                data_thread.join()
+        else:
+            start_data()
+            build_restore_compile()
+        if data_error:
+            raise data_error[0]
+        if self.pipeline.cursor() != self.cursor:
+            # restore fell back to an older checkpoint than discovery saw
+            log.warning(
+                "restored cursor %d differs from the pipeline's %d: restarting it",
+                self.cursor,
+                self.pipeline.cursor(),
+            )
+            self.pipeline.close()
+            self.pipeline = DataPipeline(
+                spec,
+                start_cursor=self.cursor,
+                num_workers=cfg.num_workers,
+                prefetch=cfg.prefetch,
+                rank=self.env.rank,
+                world_size=self.env.world_size,
+            )
+            with em.phase("data_pipeline_init"):
+                self.pipeline.start()
+                self.pipeline.wait_ready()
+        batches: Iterator[Any] = iter(self.pipeline)
+        if cfg.compile and not opt.fast_batch:
+            first = next(batches)
+            self._cache_missed = self._compile(first.to(self.env.device), cache)
+            batches = _chain_first(first, batches)
+        if cache is not None and self._cache_missed:
+            self._save_cache_after_first_step = cache
+        return batches
+
+    def _resume_from(self, restored: dict[str, Any] | None) -> None:
+        if restored is not None:
+            self.step = int(restored["step"])
+            self.cursor = int(restored["cursor"])
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _on_commit(self, result: Any) -> None:
+        started, final = self.save_started.pop(result.step, (time.time(), False))
+        self.emitter.checkpoint(
+            result.step,
+            self.cursor_at_save.get(result.step, 0),
+            started,
+            result.blocking_s,
+            result.total_s or 0.0,
+            bytes=result.bytes or 0,
+            final=final,
+        )
+        log.info(
+            "checkpoint step %d committed: blocking %.3fs, total %.3fs, %s bytes",
+            result.step,
+            result.blocking_s,
+            result.total_s or 0.0,
+            result.bytes,
+        )
+
+    def save(self, *, final: bool = False) -> Any:
+        started = time.time()
+        self.save_started[self.step] = (started, final)
+        self.cursor_at_save[self.step] = self.cursor
+        extra = {
+            "step": self.step,
+            "cursor": self.cursor,
+            "rng": rng_state(),
+            "model": self.cfg.model.name,
+            "world_size": self.env.world_size,
+        }
+        return self.manager.save(self.step, {"train": self._train_state()}, extra)
+
+    def _due(self, last_save_step: int, last_save_time: float, now: float) -> bool:
+        steps = self.cfg.interval_steps()
+        if steps is not None:
+            return self.step - last_save_step >= steps
+        seconds = self.cfg.interval_seconds() or self.interval_s
+        return seconds is not None and now - last_save_time >= seconds
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def train(self, batches: Iterator[Any]) -> int:
+        cfg, em = self.cfg, self.emitter
+        faults = FaultInjector(
+            cfg.faults, self.ident.attempt_number, before_kill=lambda: em.flush(1.0)
+        )
+        progress = Progress(em)
+        last_save_step, last_save_time = self.step, time.time()
+        last_log = time.time()
+        window_t0, window_steps = time.time(), 0
+        if cfg.checkpoint_interval == "auto":
+            self.interval_s = self._auto_interval(csbt_s=None)
+        first_step = self.step
+        while self.step < cfg.steps:
+            batch = next(batches).to(self.env.device)
+            t0 = time.time()
+            loss = self._train_step(batch)
+            if cfg.step_sleep_s:
+                time.sleep(cfg.step_sleep_s)
+            t1 = time.time()
+            self.step += 1
+            self.cursor = batch.cursor_end
+            self.step_time_s = t1 - t0
+            window_steps += 1
+            progress.add(self.step, batch.cursor_start, batch.cursor_end, t0, t1, float(loss))
+            if cfg.compile and self.step == first_step + 1:
+                _log_compile_counters("after the first real step")
+            if getattr(self, "_save_cache_after_first_step", None) is not None:
+                cache, self._save_cache_after_first_step = (self._save_cache_after_first_step, None)
+                if self.env.is_reporter:  # one rank saves; the entry is the same for all
+                    # Off the loop's critical path; close() joins it so the entry is whole.
+                    self._cache_saver = threading.Thread(
+                        target=_save_cache,
+                        args=(cache, self.cache_key()),
+                        name="ett-cache-save",
+                        daemon=True,
+                    )
+                    self._cache_saver.start()
+            if self.preemption.requested:
+                progress.flush(t1)
+                return self._leave_preempted()
+            if self.step < cfg.steps and self._due(last_save_step, last_save_time, t1):
+                progress.flush(t1)
+                result = self.save()
+                last_save_step, last_save_time = self.step, time.time()
+                if cfg.checkpoint_interval == "auto" and result.blocking_s:
+                    self.interval_s = self._auto_interval(csbt_s=result.blocking_s)
+            if t1 - last_log >= cfg.log_every_s or self.step == cfg.steps:
+                rate = (
+                    window_steps * cfg.batch_size * self.env.world_size / max(t1 - window_t0, 1e-9)
+                )
+                eta = (cfg.steps - self.step) * (t1 - window_t0) / max(window_steps, 1)
+                log.info(
+                    "step %d/%d  loss %.4f  %.0f samples/s  ETA %.0fs",
+                    self.step,
+                    cfg.steps,
+                    float(loss),
+                    rate,
+                    eta,
+                )
+                last_log, window_t0, window_steps = t1, t1, 0
+            progress_before_fault = self.step in {f.at_step for f in cfg.faults}
+            if progress_before_fault:
+                progress.flush(t1)
+            faults.after_step(self.step)
+        progress.flush()
+        return EXIT_OK
+
+    def _train_step(self, batch: Any) -> torch.Tensor:
+        loss: torch.Tensor = self.model(batch.dense, batch.sparse, batch.labels)[0]
+        torch.autograd.backward(loss)
+        for opt in self.optimizers.values():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def _auto_interval(self, csbt_s: float | None) -> float:
+        """Young/Daly from the measured blocking time and this job's failure history."""
+        train_s, failures, history_csbt = _history(self.cfg, self.ident.job_id)
+        csbt = csbt_s if csbt_s is not None else (history_csbt or 1.0)
+        choice = auto_interval(csbt, train_s=train_s, failures=failures)
+        log.info(
+            "checkpoint interval auto: %.1fs (%s; CSBT %.3fs, MTBF %s)",
+            choice.interval_s,
+            choice.method,
+            csbt,
+            f"{choice.mtbf_s:.0f}s" if choice.mtbf_s else "unknown",
+        )
+        return choice.interval_s
+
+    def _leave_preempted(self) -> int:
+        deadline = (self.preemption.received_at or time.time()) + self.cfg.grace_s
+        try:
+            self.manager.wait(timeout=max(0.0, deadline - time.time()))
+            self.save()
+            self.manager.wait(timeout=max(0.0, deadline - time.time()))
+        except Exception as exc:
+            log.error("preempted: the checkpoint did not finish within the grace period: %s", exc)
+        return EXIT_PREEMPTED
+
+    def finish(self) -> None:
+        em = self.emitter
+        with em.phase("final_checkpoint"):
+            latest = self.manager.latest()
+            if latest is None or not Path(latest).name.endswith(f"{self.step:010d}"):
+                self.save(final=True)
+            self.manager.wait()
+        with em.phase("teardown"):
+            self.close()
+
+    def close(self) -> None:
+        if self._cache_saver is not None:
+            self._cache_saver.join(timeout=120)
+        for closer in (getattr(self.pipeline, "close", None), getattr(self.manager, "close", None)):
+            if closer is not None:
+                try:
+                    closer()
+                except Exception as exc:
+                    log.warning("teardown: %s", exc)
+
+
+def _log_compile_counters(when: str) -> None:
+    from airflow_ett.trainer.compile_cache import compile_counters, format_counters
+
+    log.info("compile %s: %s", when, format_counters(compile_counters()))
+
+
+def _chain_first(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _save_cache(cache: Any, key: str) -> None:
+    try:
+        path = cache.save(key)
+        log.info("compile cache saved: %s", path)
+    except Exception as exc:
+        log.warning("compile cache not saved: %s", exc)
+
+
+def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]:
+    """(effective training seconds, failures, mean blocking per save) of this job so far,
+    from its events file or the ETT store; zeros when neither can be read."""
+    from airflow_ett.ett.attribution import attribute_job
+
+    try:
+        if cfg.events_file is not None:
+            from airflow_ett.ett.events import read_events
+
+            events = [e for e in read_events(str(cfg.events_file)).events if e.job == job_id]
+            if not events:
+                return 0.0, 0, None
+            result = attribute_job(events).to_dict()
+        else:
+            from airflow_ett.settings import EttSettings
+            from airflow_ett.store import EttStore
+
+            with EttStore(EttSettings.load().store_url) as store:
+                result = store.summary(job_id)
+    except Exception as exc:
+        log.info("no failure history for %s (%s): assuming none", job_id, exc)
+        return 0.0, 0, None
+    saves = result["checkpoints"]["saves"]
+    csbt = result["csbt_s"] / saves if saves else None
+    return float(result["effective_s"]), int(result["nof"]["total"]), csbt
+
+
+def _build_sharded(cfg: TrainerConfig, env: DistEnv) -> tuple[Any, dict[str, Any]]:
+    """DistributedModelParallel with fused RowWiseAdagrad on the tables (applied in
+    backward, before sharding) and plain Adagrad on the dense parameters."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    module = build_dlrm(cfg.model, seed=cfg.seed, device=env.device)
+    dlrm: Any = module.model
+    ebc = dlrm.sparse_arch.embedding_bag_collection
+    # torchrec mutates the kwargs dict it is given: a fresh one each time
+    apply_optimizer_in_backward(RowWiseAdagrad, ebc.parameters(), {"lr": cfg.lr_sparse})
+    model = DistributedModelParallel(
+        module=module, device=env.device, env=ShardingEnv.from_process_group(dist.group.WORLD)
+    )
+    dense = KeyedOptimizerWrapper(
+        dict(p for p in model.named_parameters() if "embedding_bags" not in p[0]),
+        lambda params: torch.optim.Adagrad(params, lr=cfg.lr_dense),
+    )
+    return model, {"dense": dense, "sparse": CombinedOptimizer([model.fused_optimizer])}
+
+
+def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False) -> int:
+    """One attempt: returns the process exit code (see `faults.py`)."""
+    env = DistEnv.from_environment()
+    sink = JsonlSink(cfg.events_file) if cfg.events_file is not None else None
+    emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink, disabled=not env.is_reporter)
+    if prewarm:
+        return _prewarm(cfg, ident, env, emitter)
+    trainer = Trainer(cfg, ident, env, emitter, process_start)
+    trainer.preemption.install()
+    emitter.attempt_started(host=socket.gethostname(), ts=process_start)
+    code = EXIT_APPLICATION
+    try:
+        batches = trainer.start()
+        code = trainer.train(batches)
+        if code == EXIT_OK:
+            trainer.finish()
+            emitter.attempt_ended("success", exit_code=EXIT_OK)
+        else:
+            emitter.attempt_ended(
+                "failed",
+                cause="preemption",
+                exit_code=code,
+                message="SIGTERM: checkpointed and left",
+            )
+        return code
+    except BaseException as exc:
+        log.exception("attempt %s failed", ident.attempt_id)
+        emitter.attempt_ended(
+            "failed",
+            cause="application",
+            exit_code=EXIT_APPLICATION,
+            message=f"{type(exc).__name__}: {exc}"[:500],
+        )
+        raise
+    finally:
+        if code != EXIT_OK:
+            trainer.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        emitter.close()
+
+
+def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter) -> int:
+    """Compile on the fast batch, save the compile cache, exit: run once before a job (or
+    a fleet of jobs with this model) so that their compilation is a cache load."""
+    from airflow_ett.trainer.data import fast_batch
+
+    trainer = Trainer(cfg, ident, env, emitter, time.time())
+    cache = trainer._compile_cache()
+    if cache is None:
+        log.error(
+            "prewarm needs compile = true, optimizations.compile_cache = true and a "
+            "compile_cache_dir"
+        )
+        emitter.close()
+        return 78
+    try:
+        with emitter.phase("cache_prewarm"):
+            trainer._build_model()
+            key = trainer.cache_key()
+            load = cache.activate(key)
+            trainer._compile_on(fast_batch(trainer._spec()).to(env.device))
+            if not load.hit:
+                cache.save(key)
+        log.info("prewarm: cache %s for key %s", "was already warm" if load.hit else "saved", key)
+        return EXIT_OK
+    finally:
+        emitter.close()
+
+
+def load_final_state(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
+    """The newest checkpoint's model tensors, on CPU (what the publish step ships)."""
+    from airflow_ett.trainer.checkpoint import CheckpointManager
+
+    model = build_dlrm(cfg.model, seed=cfg.seed)
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=cfg.lr_dense)
+    manager = CheckpointManager(cfg.checkpoint_dir, keep_last=cfg.keep_last, async_save=False)
+    try:
+        if manager.restore({"train": TrainState(model, {"all": optimizer}, sharded=False)}) is None:
+            raise FileNotFoundError(f"no checkpoint in {cfg.checkpoint_dir}")
+    finally:
+        manager.close()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
