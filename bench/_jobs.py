@@ -30,16 +30,22 @@ def record(directory: Path, job: str, attempt: str | None, what: str, **call: An
     emitter.close()
 
 
+def fresh_host_env() -> dict[str, str]:
+    """A process that finds no compile output of earlier ones on its host: its own TMPDIR
+    (where the compile cache unpacks) and inductor dir. Warmth can then only come from
+    the shared compile cache under test, as when a restart lands on another host."""
+    tmp = tempfile.mkdtemp(prefix="bench-host-")
+    return {"TMPDIR": tmp, "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor")}
+
+
 def run_job(directory: Path, job: str, *, max_attempts: int = 5, prewarm: bool = False,
             ) -> tuple[LaunchResult, JobAttribution]:
-    """Submit, run attempts until success, end; each run with its own cold inductor dir
-    so that warmth can only come from the compile cache under test."""
+    """Submit, run attempts (each on a 'fresh host') until success, end."""
     config = directory / "job.json"
-    env = {"TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="inductor-")}
     if prewarm:
-        run_attempts(config, f"{job}-prewarm", max_attempts=1, cwd=directory, env=env,
-                     extra_args=["--prewarm"], stdout=(directory / "prewarm.log").open("w"))
-        env = {"TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="inductor-")}
+        with (directory / "prewarm.log").open("w") as log:
+            run_attempts(config, f"{job}-prewarm", max_attempts=1, cwd=directory,
+                         env=fresh_host_env(), extra_args=["--prewarm"], stdout=log)
     record(directory, job, None, "job_submitted", tenant="bench", model="dlrm_small")
 
     def report(outcome: AttemptOutcome) -> None:
@@ -47,9 +53,15 @@ def run_job(directory: Path, job: str, *, max_attempts: int = 5, prewarm: bool =
                status=outcome.exit_class.status, cause=outcome.exit_class.cause,
                exit_code=outcome.exit_code)
 
+    result = LaunchResult()
     with (directory / "trainer.log").open("a") as log:
-        result = run_attempts(config, job, max_attempts=max_attempts, cwd=directory, env=env,
-                              stdout=log, report_unreported=report)
+        for number in range(1, max_attempts + 1):
+            one = run_attempts(config, job, max_attempts=1, first_attempt=number,
+                               cwd=directory, env=fresh_host_env(), stdout=log,
+                               report_unreported=report)
+            result.attempts.extend(one.attempts)
+            if one.succeeded or not one.last.exit_class.retryable:
+                break
     record(directory, job, None, "job_ended",
            status="success" if result.succeeded else "failed")
     events = [e for e in read_events(str(directory / "events.jsonl")).events if e.job == job]

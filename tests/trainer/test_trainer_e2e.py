@@ -222,3 +222,30 @@ def test_two_processes_shard_train_checkpoint_and_resume(tmp_path: Path) -> None
     assert d["nof"]["total"] == 1
     assert d["attempts"][-1]["status"] == "success"
     assert d["phases"].get("replay", 0) > 0
+
+
+def test_hang_stops_progress_until_killed_and_auto_interval_is_chosen(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.json", steps=1000, checkpoint_interval="auto",
+                          faults=[{"kind": "hang", "at_step": 8}])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_ett.trainer", "--config", str(config),
+         "--job-id", "hang", "--attempt-number", "1"],
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + TIMEOUT
+    for line in proc.stderr:
+        seen.append(line)
+        if "fault injection: hang after step 8" in line or time.monotonic() > deadline:
+            break
+    time.sleep(2.0)  # hung: alive, no progress; the recorder still writes what it has
+    assert proc.poll() is None, "".join(seen)[-2000:]
+    proc.kill()
+    proc.communicate(timeout=60)
+    log = "".join(seen)
+    assert "checkpoint interval auto:" in log  # Young/Daly, no failure history yet: max
+    events = read_events(str(tmp_path / "events.jsonl")).events
+    steps = [e.step_end for e in events if type(e).__name__ == "Progress"]
+    assert max(steps) == 8
+    d = attribute_job(events, now=time.time()).to_dict()
+    assert d["attempts"][0]["status"] == "running"  # nobody told it ended: still going
