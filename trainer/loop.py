@@ -14,7 +14,6 @@ Rank 0 reports; other ranks train silently (one reporter per job, DESIGN section
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -42,9 +41,6 @@ from airflow_ett.trainer.model import build_dlrm, compile_dense, dense_modules
 from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
 
 log = logging.getLogger("airflow_ett.trainer")
-
-COMMIT_MARKER = "COMMITTED.json"
-
 
 @dataclass(frozen=True, slots=True)
 class Identity:
@@ -137,10 +133,8 @@ class Trainer:
     cursor: int = 0
     save_started: dict[int, tuple[float, bool]] = field(default_factory=dict)
     cursor_at_save: dict[int, int] = field(default_factory=dict)
-    _cache_missed: bool = False
     _save_cache_after_first_step: Any = None
     _cache_saver: threading.Thread | None = None
-    step_time_s: float | None = None
     interval_s: float | None = None
 
     # -- start-up ------------------------------------------------------------------------
@@ -163,19 +157,18 @@ class Trainer:
         latest = self.manager.latest()
         if latest is None:
             return None
+        from airflow_ett.trainer.checkpoint import read_marker
+
         try:
-            marker = json.loads((Path(latest) / COMMIT_MARKER).read_text())
-            return dict(marker["extra"])
-        except (OSError, ValueError, KeyError) as exc:
+            return dict(read_marker(Path(latest))["extra"])
+        except (OSError, ValueError) as exc:
             log.warning("checkpoint %s: cannot read its marker (%s); restore decides", latest, exc)
             return None
 
     def _build_model(self) -> None:
-        from airflow_ett.trainer.model import build_dlrm as _build
-
         cfg, env = self.cfg, self.env
         if env.world_size == 1:
-            self.model = _build(cfg.model, seed=cfg.seed, device=env.device)
+            self.model = build_dlrm(cfg.model, seed=cfg.seed, device=env.device)
             self.optimizers = {"all": torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr_dense)}
             return
         self.model, self.optimizers = _build_sharded(cfg, env)
@@ -303,9 +296,9 @@ class Trainer:
                     restored = self._restore()
                 self._resume_from(restored)
             if cfg.compile and opt.fast_batch:
-                self._cache_missed = self._compile(fast_batch(spec).to(self.env.device), cache)
+                missed.append(self._compile(fast_batch(spec).to(self.env.device), cache))
 
-        self._cache_missed = False
+        missed: list[bool] = []  # set by whichever path compiles
         if opt.parallel_init:
             data_thread = threading.Thread(target=start_data, name="ett-data-init")
             data_thread.start()
@@ -339,9 +332,9 @@ class Trainer:
         batches: Iterator[Any] = iter(self.pipeline)
         if cfg.compile and not opt.fast_batch:
             first = next(batches)
-            self._cache_missed = self._compile(first.to(self.env.device), cache)
+            missed.append(self._compile(first.to(self.env.device), cache))
             batches = _chain_first(first, batches)
-        if cache is not None and self._cache_missed:
+        if cache is not None and any(missed):
             self._save_cache_after_first_step = cache
         return batches
 
@@ -414,7 +407,6 @@ class Trainer:
             t1 = time.time()
             self.step += 1
             self.cursor = batch.cursor_end
-            self.step_time_s = t1 - t0
             window_steps += 1
             progress.add(self.step, batch.cursor_start, batch.cursor_end, t0, t1, float(loss))
             if cfg.compile and self.step == first_step + 1:
