@@ -19,6 +19,7 @@ import enum
 import json
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -203,7 +204,7 @@ def _restore_inductor_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     """`activate` sets process-wide state; give it back after each test."""
     import torch._inductor.config as inductor_config
 
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK"):
         if name in os.environ:
             monkeypatch.setenv(name, os.environ[name])
         else:
@@ -213,9 +214,13 @@ def _restore_inductor_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     # option's default (for other threads), so that is put back too.
     entry = inductor_config._config["cpp_cache_precompile_headers"]  # type: ignore[attr-defined]
     value, default = inductor_config.cpp_cache_precompile_headers, entry.default
+    isa_entry = inductor_config._config["cpp.vec_isa_ok"]  # type: ignore[attr-defined]
+    isa_value, isa_default = inductor_config.cpp.vec_isa_ok, isa_entry.default
     yield
     entry.default = default
     inductor_config.cpp_cache_precompile_headers = value
+    isa_entry.default = isa_default
+    inductor_config.cpp.vec_isa_ok = isa_value
     if "torch._inductor.utils" in sys.modules:
         from torch._inductor.utils import clear_caches
 
@@ -749,3 +754,30 @@ def test_corrupt_entry_is_ignored_and_compile_works(cold: dict[str, Any], tmp_pa
     assert "WARNING compile cache entry" in stderr
     assert result["counters"]["fx_graph_cache_misses"] > 0
     assert result["losses"] == pytest.approx(cold["losses"][:2], rel=1e-6)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 ISA probe")
+def test_a_hit_answers_the_vector_isa_probe_without_running_it(
+    cold: dict[str, Any], tmp_path: Path
+) -> None:
+    manifest = json.loads((Path(cold["entry"]) / "manifest.json").read_text())
+    recorded = manifest["vec_isa"]
+    assert recorded["ok"] is True and recorded["isas"] and recorded["compiler"]
+    code = (
+        "import json, sys\n"
+        "from airflow_ett.trainer.compile_cache import CompileCache\n"
+        "import torch._inductor.config as c\n"
+        "from torch._inductor import cpu_vec_isa as v\n"
+        f"load = CompileCache({str(cold['root'])!r}, local_dir={str(tmp_path / 'l')!r})"
+        f".activate({cold['key']!r})\n"
+        "print(json.dumps({'hit': load.hit, 'ok': c.cpp.vec_isa_ok,\n"
+        "                  'probed': v.valid_vec_isa_list.cache_info().currsize}))\n"
+    )
+    env = {k: val for k, val in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state == {"hit": True, "ok": True, "probed": 0}  # trusted, no probe ran
