@@ -200,15 +200,16 @@ FILES = {
 
 
 @pytest.fixture(autouse=True)
-def _restore_inductor_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """`activate` sets process-wide state; give it back after each test."""
+def _restore_inductor_settings() -> Iterator[None]:
+    """`activate` sets process-wide state; give it back after each test.
+
+    The environment by hand: `monkeypatch.delenv` of a variable that is not set records
+    nothing to undo, so one that `activate` sets later would leak into every later test
+    and into the subprocesses they start."""
     import torch._inductor.config as inductor_config
 
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK"):
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
+    names = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK")
+    saved_env = {name: os.environ.get(name) for name in names}
     # Not monkeypatch.setattr: its undo deletes and re-sets, and torch's config module
     # hides a deleted option for good ("... does not exist"). activate() also changes the
     # option's default (for other threads), so that is put back too.
@@ -217,6 +218,11 @@ def _restore_inductor_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     isa_entry = inductor_config._config["cpp.vec_isa_ok"]  # type: ignore[attr-defined]
     isa_value, isa_default = inductor_config.cpp.vec_isa_ok, isa_entry.default
     yield
+    for name, saved in saved_env.items():
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
     entry.default = default
     inductor_config.cpp_cache_precompile_headers = value
     isa_entry.default = isa_default
@@ -640,7 +646,7 @@ def _probe(root: Path, local: Path, *args: str) -> tuple[dict[str, Any], str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK")
     }
     proc = subprocess.run(
         [sys.executable, "-m", PROBE, "--root", str(root), "--local-dir", str(local), *args],
