@@ -131,8 +131,8 @@ class Trainer:
     pipeline: Any = None
     step: int = 0
     cursor: int = 0
-    save_started: dict[int, tuple[float, bool]] = field(default_factory=dict)
-    cursor_at_save: dict[int, int] = field(default_factory=dict)
+    # per step being saved: (save start time, final save?, data cursor), until committed
+    saves_in_flight: dict[int, tuple[float, bool, int]] = field(default_factory=dict)
     _save_cache_after_first_step: Any = None
     _cache_saver: threading.Thread | None = None
     interval_s: float | None = None
@@ -346,10 +346,11 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
 
     def _on_commit(self, result: Any) -> None:
-        started, final = self.save_started.pop(result.step, (time.time(), False))
+        started, final, cursor = self.saves_in_flight.pop(
+            result.step, (time.time(), False, 0))
         self.emitter.checkpoint(
             result.step,
-            self.cursor_at_save.get(result.step, 0),
+            cursor,
             started,
             result.blocking_s,
             result.total_s or 0.0,
@@ -365,9 +366,7 @@ class Trainer:
         )
 
     def save(self, *, final: bool = False) -> Any:
-        started = time.time()
-        self.save_started[self.step] = (started, final)
-        self.cursor_at_save[self.step] = self.cursor
+        self.saves_in_flight[self.step] = (time.time(), final, self.cursor)
         extra = {
             "step": self.step,
             "cursor": self.cursor,

@@ -170,22 +170,17 @@ def write_rejected(path: Path, entries: Sequence[dict[str, object]], *,
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in entries).encode()
+    # Replacing writes a new file aside and renames it over; appending adds in place.
+    target = path.with_name(f".{path.name}.{_token()}.part") if replace else path
+    mode = os.O_EXCL if replace else os.O_APPEND
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     if replace:
-        tmp = path.with_name(f".{path.name}.{_token()}.part")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    else:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.replace(target, path)
 
 
 @dataclass(frozen=True, slots=True)

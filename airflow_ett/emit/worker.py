@@ -394,23 +394,14 @@ class BackgroundWriter:
     def _rescue(self) -> None:
         """Spool what is still queued or in flight, on the waiting thread."""
         events: list[Event] = []
-        markers: list[_Marker] = []
         with self._lock:
             batch = self._inflight
             if batch is not None and batch.state == _PENDING:
                 batch.state = _SPOOLED
                 events.extend(batch.events)
             self._inflight = None
-            queue = self._queue
-            while True:  # pop one by one: callers may be appending right now
-                try:
-                    item = queue.popleft()
-                except IndexError:
-                    break
-                if isinstance(item, _Marker):
-                    markers.append(item)
-                else:
-                    events.append(item)
+            more, markers = self._pop_locked(limit=None, stop_at_marker=False)
+            events.extend(more)
         if events:
             rate_limited(logging.WARNING, "rescue", "ETT emit: the writer did not finish in "
                          "time (%.1fs); spooling %d pending event(s)", self.emit_timeout,
@@ -466,21 +457,30 @@ class BackgroundWriter:
             if batch is None and not markers:
                 return
 
-    def _take(self) -> tuple[_Batch | None, list[_Marker]]:
-        """Up to one batch, stopping at a flush marker so it is answered in order."""
+    def _pop_locked(self, *, limit: int | None, stop_at_marker: bool
+                    ) -> tuple[list[Event], list[_Marker]]:
+        """Pop events (up to `limit`) and flush markers off the queue; the caller holds
+        the lock. One by one, since callers may be appending right now."""
         events: list[Event] = []
         markers: list[_Marker] = []
-        with self._lock:
-            queue = self._queue
-            while len(events) < self._batch_size:
-                try:
-                    item = queue.popleft()
-                except IndexError:
+        queue = self._queue
+        while limit is None or len(events) < limit:
+            try:
+                item = queue.popleft()
+            except IndexError:
+                break
+            if isinstance(item, _Marker):
+                markers.append(item)
+                if stop_at_marker:
                     break
-                if isinstance(item, _Marker):
-                    markers.append(item)
-                    break
+            else:
                 events.append(item)
+        return events, markers
+
+    def _take(self) -> tuple[_Batch | None, list[_Marker]]:
+        """Up to one batch, stopping at a flush marker so it is answered in order."""
+        with self._lock:
+            events, markers = self._pop_locked(limit=self._batch_size, stop_at_marker=True)
             batch = _Batch(events) if events else None
             self._inflight = batch
         return batch, markers
