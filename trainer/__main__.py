@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="compile on the fast batch, save the compile cache, exit",
     )
+    parser.add_argument(
+        "--prewarm-world-size", type=int, default=None,
+        help="with --prewarm: compile for a job of this many processes (the cache key)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("ETT_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     # Our loggers at the chosen level; everything else (fbgemm logs each library it
@@ -62,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     job_id = args.job_id or f"standalone-{int(_PROCESS_START)}"
     ident = Identity(job_id, args.attempt_id or str(args.attempt_number), args.attempt_number)
-    return run(cfg, ident, process_start=_PROCESS_START, prewarm=args.prewarm)
+    return run(cfg, ident, process_start=_PROCESS_START, prewarm=args.prewarm,
+               prewarm_world_size=args.prewarm_world_size)
 
 
 if __name__ == "__main__":

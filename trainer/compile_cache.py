@@ -227,6 +227,13 @@ def cache_key(
     return hashlib.sha256(canonical.encode()).hexdigest()[:_KEY_HEX_CHARS]
 
 
+def trainer_cache_key(model_config: Mapping[str, Any], kind: str, *, batch_size: int,
+                      world_size: int) -> str:
+    """The key a trainer run compiles under: the one rule shared by the trainer and the
+    prewarm operator, which must find the entry the job's ranks will look up."""
+    return cache_key(model_config, kind, {"batch_size": batch_size, "world_size": world_size})
+
+
 def device_kind(device: Any = None) -> str:
     """The device kind for `cache_key`: "cpu", or "cuda:<major>.<minor>" (compute capability).
 

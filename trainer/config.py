@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from airflow_ett.trainer.model import ModelConfig, ModelConfigError, resolve_model_config
+from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
 
 FaultKind = Literal["raise", "kill", "hang"]
 

@@ -10,10 +10,12 @@ while the failure is one a restart can heal.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +100,20 @@ def trainer_command(config: str | Path, *, nproc: int = 1, prewarm: bool = False
     return [torchrun, "--standalone", "--nproc-per-node", str(nproc), *args]
 
 
+def _stream(proc: subprocess.Popen[str], on_output: Callable[[str], None]
+            ) -> threading.Thread:
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            # a logging problem must not stop the child's pipe draining
+            with contextlib.suppress(Exception):
+                on_output(line.rstrip("\n"))
+
+    thread = threading.Thread(target=pump, name="trainer-output", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_attempts(
     config: str | Path,
     job_id: str,
@@ -110,35 +126,49 @@ def run_attempts(
     cwd: str | Path | None = None,
     stdout: IO[str] | None = None,
     report_unreported: Reporter | None = None,
-    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
+    on_start: Callable[[subprocess.Popen[str], int, str], None] | None = None,
+    on_output: Callable[[str], None] | None = None,
     timeout: float | None = None,
     extra_args: Sequence[str] = (),
+    stop: threading.Event | None = None,
 ) -> LaunchResult:
     """Run attempts `first_attempt, first_attempt+1, ...` until one succeeds, one fails
     in a way a restart cannot heal, or `max_attempts` ran. `report_unreported` is told
     about every attempt that ended without reporting itself (killed); the caller
-    records it (the operator through the emitter)."""
+    records it (the operator through the emitter). `on_start(proc, number, attempt_id)`
+    runs right after each launch (the operator keeps `proc` for `on_kill`);
+    `on_output`, when given, receives the child's output line by line (stdout and
+    stderr merged) instead of `stdout`, so a caller can stream it into its own log.
+    Once `stop` is set no further attempt starts (the task is being killed)."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts = {max_attempts!r}: must be >= 1")
     result = LaunchResult()
     base_env = {**os.environ, **(env or {})}
     for number in range(first_attempt, first_attempt + max_attempts):
+        if stop is not None and stop.is_set():
+            break
         aid = attempt_id(number)
         child_env = {**base_env, "ETT_JOB_ID": job_id, "ETT_ATTEMPT_ID": aid,
                      "ETT_ATTEMPT_NUMBER": str(number)}
         started = time.time()
+        sink: IO[str] | int | None = subprocess.PIPE if on_output is not None else stdout
         proc = subprocess.Popen(
             [*trainer_command(config, nproc=nproc), *extra_args], env=child_env, cwd=cwd,
-            stdout=stdout if stdout is not None else None,
-            stderr=subprocess.STDOUT if stdout is not None else None, text=True,
+            stdout=sink, stderr=subprocess.STDOUT if sink is not None else None, text=True,
+            errors="replace",
         )
+        reader = _stream(proc, on_output) if on_output is not None else None
         if on_start is not None:
-            on_start(proc)
+            on_start(proc, number, aid)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
+        if reader is not None:
+            # The trainer's spawned data workers share the pipe and die with it; do not
+            # let one that lingers hold the launcher up.
+            reader.join(timeout=5.0)
         outcome = AttemptOutcome(number, aid, code, classify_exit(code), started, time.time())
         result.attempts.append(outcome)
         if not outcome.exit_class.reported_by_child and report_unreported is not None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett.emit import Emitter, JsonlSink
 from airflow_ett.ett.checkpoint_math import auto_interval
@@ -222,15 +223,14 @@ class Trainer:
 
         return CompileCache(self.cfg.compile_cache_dir)
 
-    def cache_key(self) -> str:
-        from airflow_ett.trainer.compile_cache import cache_key, device_kind
+    def cache_key(self, world_size: int | None = None) -> str:
+        """`world_size`: the job's, when a one-process prewarm compiles for a larger job."""
+        from airflow_ett.trainer.compile_cache import device_kind, trainer_cache_key
 
-        key: str = cache_key(
-            self.cfg.model.to_dict(),
-            device_kind(self.env.device),
-            {"batch_size": self.cfg.batch_size, "world_size": self.env.world_size},
+        return trainer_cache_key(
+            self.cfg.model.to_dict(), device_kind(self.env.device),
+            batch_size=self.cfg.batch_size, world_size=world_size or self.env.world_size,
         )
-        return key
 
     def _compile(self, batch: Any, cache: Any) -> bool:
         """Compile (through the cache when there is one); True when the cache missed and
@@ -574,13 +574,16 @@ def _build_sharded(cfg: TrainerConfig, env: DistEnv) -> tuple[Any, dict[str, Any
     return model, {"dense": dense, "sparse": CombinedOptimizer([model.fused_optimizer])}
 
 
-def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False) -> int:
+def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False,
+        prewarm_world_size: int | None = None) -> int:
     """One attempt: returns the process exit code (see `faults.py`)."""
     env = DistEnv.from_environment()
     sink = JsonlSink(cfg.events_file) if cfg.events_file is not None else None
-    emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink, disabled=not env.is_reporter)
+    # Only rank 0 reports; on rank 0 `[ett] disabled` decides (None: read the setting).
+    emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink,
+                      disabled=None if env.is_reporter else True)
     if prewarm:
-        return _prewarm(cfg, ident, env, emitter)
+        return _prewarm(cfg, ident, env, emitter, prewarm_world_size)
     trainer = Trainer(cfg, ident, env, emitter, process_start)
     trainer.preemption.install()
     emitter.attempt_started(host=socket.gethostname(), ts=process_start)
@@ -616,7 +619,8 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
         emitter.close()
 
 
-def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter) -> int:
+def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter,
+             world_size: int | None = None) -> int:
     """Compile on the fast batch, save the compile cache, exit: run once before a job (or
     a fleet of jobs with this model) so that their compilation is a cache load."""
     from airflow_ett.trainer.data import fast_batch
@@ -633,7 +637,7 @@ def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter
     try:
         with emitter.phase("cache_prewarm"):
             trainer._build_model()
-            key = trainer.cache_key()
+            key = trainer.cache_key(world_size)
             load = cache.activate(key)
             trainer._compile_on(fast_batch(trainer._spec()).to(env.device))
             if not load.hit:
@@ -644,16 +648,86 @@ def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter
         emitter.close()
 
 
-def load_final_state(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
-    """The newest checkpoint's model tensors, on CPU (what the publish step ships)."""
+@dataclass(frozen=True, slots=True)
+class FinalState:
+    """The model tensors of the newest valid checkpoint, and where in training they are.
+
+    `step` and `cursor` come from the checkpoint's commit marker (`extra`), so whoever ships
+    the tensors can say exactly which point of the run they are; `skipped` lists the newer
+    checkpoints that were rejected (no marker, damaged files...) with why.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    step: int
+    cursor: int | None
+    path: Path
+    extra: dict[str, Any]
+    skipped: list[tuple[Path, str]]
+
+
+class _ModelOnly(Stateful):
+    """A checkpoint's `train` entry seen through the model alone.
+
+    DCP loads only the keys asked for, so the optimizer state (as big as the model with
+    Adagrad) is never read, and the same request fits both layouts of `TrainState`: one
+    process (`{"model", "optim"}`) and several (`{"model", "optim_dense", "optim_sparse"}`,
+    the tables as ShardedTensors that DCP reassembles into whole tensors here). Loading a
+    multi-rank checkpoint with a plain optimizer fails on the optimizer keys instead.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return {"model": get_model_state_dict(self.model)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(self.model, state_dict["model"])
+
+
+def restore_final_state(cfg: TrainerConfig) -> FinalState:
+    """Load the newest valid committed checkpoint of `cfg.checkpoint_dir` on CPU, in this
+    process alone, through the same validation as a restart (markers, checksums, fallback
+    to older checkpoints). The one way the trainer's results leave it (tests, publish).
+
+    Call it outside torch.distributed (or on every rank): with a process group the
+    manager's restore is collective. Raises FileNotFoundError naming the directory when it
+    holds no committed checkpoint that loads (the skipped ones are logged with why), and
+    `CheckpointError` when a load failed half-way with nothing older to fall back to.
+    """
     from airflow_ett.trainer.checkpoint import CheckpointManager
 
+    directory = Path(cfg.checkpoint_dir)
+    if not directory.is_dir():  # the manager would create it: a reader must not
+        raise FileNotFoundError(f"no checkpoint directory {directory}")
     model = build_dlrm(cfg.model, seed=cfg.seed)
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=cfg.lr_dense)
-    manager = CheckpointManager(cfg.checkpoint_dir, keep_last=cfg.keep_last, async_save=False)
+    manager = CheckpointManager(directory, keep_last=cfg.keep_last, async_save=False)
     try:
-        if manager.restore({"train": TrainState(model, {"all": optimizer}, sharded=False)}) is None:
-            raise FileNotFoundError(f"no checkpoint in {cfg.checkpoint_dir}")
+        result = manager.restore({"train": _ModelOnly(model)})
     finally:
         manager.close()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if result is None:
+        invalid = len(list(directory.glob("step-*")))
+        raise FileNotFoundError(
+            f"no committed checkpoint in {directory}"
+            + (f" ({invalid} step directories, none valid: see the warnings)" if invalid else "")
+        )
+    extra = dict(result.extra)
+    cursor = extra.get("cursor")
+    return FinalState(
+        tensors={k: v.detach().clone() for k, v in model.state_dict().items()},
+        step=result.step,
+        cursor=int(cursor) if cursor is not None else None,
+        path=result.path,
+        extra=extra,
+        skipped=list(result.skipped),
+    )
+
+
+def load_final_state(cfg: TrainerConfig) -> dict[str, torch.Tensor]:
+    """The newest checkpoint's model tensors, on CPU (what the publish step ships)."""
+    return restore_final_state(cfg).tensors

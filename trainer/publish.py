@@ -1,0 +1,564 @@
+"""Publish a trained model: the newest committed checkpoint, as a versioned portable artifact.
+
+A checkpoint is the trainer's private restart state (DCP shards, optimizer state, RNG,
+tied to a world size); what a consumer needs is the model alone, in a format any
+framework reads, with a record of what it is. `publish_model` loads the newest *valid*
+committed checkpoint on CPU (the same validation a restart does: markers, checksums,
+fallback) and writes
+
+    <out_root>/<model name>/v<N>/weights.safetensors   the model's state dict
+    <out_root>/<model name>/v<N>/manifest.json         what it is (see `publish_model`)
+    <out_root>/<model name>/LATEST                     "v<N>": the newest version
+
+with these promises:
+
+1. **Versions are never shared.** N is allocated by an atomic `mkdir` of the version's
+   temp directory `.v<N>.partial` (next to the versions, so on the same filesystem): of
+   two publishers racing for N one gets EEXIST and moves on to N+1. Whoever created it
+   also checks that `v<N>` does not exist yet (a publisher that listed the versions
+   before another renamed its `v<N>` into place); since the temp directory exists from
+   its mkdir until the rename, the two checks together leave no gap.
+2. **A version is whole or absent.** Everything is written and fsynced inside the temp
+   directory, which is then renamed to `v<N>` (atomic) and the parent fsynced: a reader
+   never sees a half-written `v<N>`. A crash leaves a `.v<N>.partial` that readers
+   ignore; its number is not reused while it is there.
+3. **LATEST only moves forward.** It is replaced atomically (temp file, fsync,
+   `os.replace`) under an exclusive `flock` of `<model>/.lock`, and only when the new
+   version is higher than the one it names: a publisher that got v3 but finishes after
+   the one that got v4 leaves LATEST at v4.
+4. **What is read is what was published.** `load_published` checks the manifest's
+   SHA-256 of the weights file (and its tensor count and bytes) before returning any
+   tensor, and says which file differs.
+
+Never imports Airflow; `load_published` needs only torch and safetensors (no torchrec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from airflow_ett.trainer.checkpoint import _fsync_dir
+from airflow_ett.trainer.config import TrainerConfig
+
+if TYPE_CHECKING:
+    from airflow_ett.trainer.loop import FinalState
+    from airflow_ett.trainer.model import DLRMTrainModule
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+WEIGHTS = "weights.safetensors"
+LATEST = "LATEST"
+FORMAT = "airflow-ett.published-model"
+FORMAT_VERSION = 1
+RUN_FIELDS = (
+    "steps",
+    "batch_size",
+    "seed",
+    "lr_dense",
+    "lr_sparse",
+    "checkpoint_interval",
+    "compile",
+)
+"""The trainer config fields that define what a run computes (paths, logging, worker
+counts and fault injection do not change the weights and are left out)."""
+
+_VERSION_DIR = re.compile(r"^v([1-9][0-9]*)$")
+_PARTIAL_DIR = re.compile(r"^\.v([1-9][0-9]*)\.partial$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CHUNK = 8 * 1024 * 1024
+_MAX_ALLOCATION_TRIES = 1000
+
+
+class PublishError(Exception):
+    """Publishing or reading a published model failed; the message names the path."""
+
+
+class NoCheckpointError(PublishError, FileNotFoundError):
+    """Nothing to publish: no committed checkpoint that loads (the message says where)."""
+
+
+class NotPublishedError(PublishError, FileNotFoundError):
+    """A path that is neither a published version nor a model directory with a LATEST."""
+
+
+class IntegrityError(PublishError, ValueError):
+    """A published file differs from its manifest, or the manifest is not one we read."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedModel:
+    """One published version: `path` is `<out_root>/<name>/v<version>`."""
+
+    name: str
+    version: int
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / WEIGHTS
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def step(self) -> int:
+        """The training step of the checkpoint published (`manifest["checkpoint"]["step"]`)."""
+        return int(self.manifest["checkpoint"]["step"])
+
+    @property
+    def cursor(self) -> int | None:
+        """The data cursor of that checkpoint: the samples the weights were trained on."""
+        cursor = self.manifest["checkpoint"]["cursor"]
+        return None if cursor is None else int(cursor)
+
+
+# -- publishing --------------------------------------------------------------------------
+
+
+def publish_model(
+    cfg: TrainerConfig,
+    out_root: Path,
+    *,
+    metrics: Mapping[str, float] | None = None,
+    ett_summary: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> PublishedModel:
+    """Publish the newest valid committed checkpoint of `cfg.checkpoint_dir` as the next
+    version of `cfg.model.name` under `out_root`, and point LATEST at it when it is the
+    newest.
+
+    The manifest (JSON) holds: `format`/`format_version`; `version`; `model` (`name` and
+    its full `config`, enough to rebuild it); `run` (the `RUN_FIELDS` of the trainer
+    config); `checkpoint` (`step` and data `cursor` from its commit marker, its `path`,
+    `world_size`, and any newer checkpoints `skipped` as invalid); `weights` (`file`,
+    `sha256`, `file_bytes`, `tensors`, `tensor_bytes`, `dtypes`); `created_at` (ISO 8601,
+    UTC); `torch` (version); and the caller's `metrics`, `ett_summary` and `extra`.
+
+    Everything the manifest takes from the caller and the config is checked before any
+    tensor is loaded (finite numbers for metrics, JSON for the rest): a publish step must
+    not fail after the expensive part.
+    Raises `NoCheckpointError` (a FileNotFoundError) naming the checkpoint directory when
+    there is nothing to publish, `PublishError` for everything else it refuses.
+    """
+    name = cfg.model.name
+    if not _SAFE_NAME.match(name):
+        raise PublishError(
+            f"model name {name!r} cannot name a directory under {out_root} "
+            "(letters, digits, '_', '.', '-'; not starting with '.')"
+        )
+    described = _check_json("model config and run", {
+        "model": {"name": name, "config": cfg.model.to_dict()},
+        "run": {field: getattr(cfg, field) for field in RUN_FIELDS},
+    })
+    caller = {
+        "metrics": _check_metrics(metrics),
+        "ett_summary": _check_json("ett_summary", ett_summary),
+        "extra": _check_json("extra", extra),
+    }
+    final = _restore(cfg)
+    tensors = {k: v.detach().contiguous() for k, v in final.tensors.items()}
+    model_dir = Path(out_root) / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    version, tmp = _allocate(model_dir)
+    try:
+        weights = _write_weights(tmp / WEIGHTS, tensors)
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "version": version,
+            **described,
+            "checkpoint": {
+                "step": final.step,
+                "cursor": final.cursor,
+                "path": os.path.abspath(final.path),
+                "world_size": final.extra.get("world_size"),
+                "skipped": [
+                    {"path": os.path.abspath(p), "reason": why} for p, why in final.skipped
+                ],
+            },
+            "weights": weights,
+            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "torch": torch.__version__,
+            **caller,
+        }
+        _write_file(tmp / MANIFEST, (_dumps(manifest, where="manifest") + "\n").encode())
+        _fsync_dir(tmp)
+        path = model_dir / f"v{version}"
+        os.rename(tmp, path)  # onto a name nobody else can take: see _allocate
+        _fsync_dir(model_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _advance_latest(model_dir, version)
+    log.info(
+        "published %s v%d (checkpoint step %d, %d tensors, %d bytes) at %s",
+        name,
+        version,
+        final.step,
+        weights["tensors"],
+        weights["file_bytes"],
+        path,
+    )
+    return PublishedModel(name=name, version=version, path=path, manifest=manifest)
+
+
+def _restore(cfg: TrainerConfig) -> FinalState:
+    """The trainer's own restore (`loop.restore_final_state`), its errors as ours."""
+    from airflow_ett.trainer.checkpoint import CheckpointError
+    from airflow_ett.trainer.loop import restore_final_state
+
+    try:
+        return restore_final_state(cfg)
+    except FileNotFoundError as exc:
+        raise NoCheckpointError(f"nothing to publish: {exc}") from exc
+    except CheckpointError as exc:
+        raise PublishError(
+            f"nothing to publish from {cfg.checkpoint_dir}: {exc}"
+        ) from exc
+
+
+def _check_metrics(metrics: Mapping[str, float] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in (metrics or {}).items():
+        if not isinstance(key, str):
+            raise PublishError(f"metrics: key {key!r} is not a string")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PublishError(f"metrics[{key!r}] = {value!r}: not a number")
+        if not math.isfinite(value):
+            raise PublishError(f"metrics[{key!r}] = {value!r}: not finite (JSON cannot hold it)")
+        out[key] = value
+    return out
+
+
+def _check_json(what: str, value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A JSON round trip: what the manifest will hold, or an error naming `what`."""
+    loaded = json.loads(_dumps(dict(value or {}), where=what))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _dumps(value: Any, *, where: str) -> str:
+    try:
+        return json.dumps(value, indent=1, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PublishError(f"{where} is not JSON-serialisable: {exc}") from exc
+
+
+def _numbers(model_dir: Path) -> list[int]:
+    """Every version number in use: published (`v<N>`) or being written (`.v<N>.partial`)."""
+    out: list[int] = []
+    for entry in os.scandir(model_dir):
+        m = _VERSION_DIR.match(entry.name) or _PARTIAL_DIR.match(entry.name)
+        if m:
+            out.append(int(m.group(1)))
+    return out
+
+
+def _versions(model_dir: Path) -> list[int]:
+    """Published versions, ascending."""
+    try:
+        entries = list(os.scandir(model_dir))
+    except OSError:
+        return []
+    found = (_VERSION_DIR.match(e.name) for e in entries if e.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def _allocate(model_dir: Path) -> tuple[int, Path]:
+    """The next version number and its temp directory, created (so owned) by us.
+
+    Why both the mkdir and the `v<N>` check (see the module docstring): the temp
+    directory exists from its mkdir until it is renamed to `v<N>`, so when our mkdir
+    succeeds either nobody holds N or its holder already renamed it, and then `v<N>`
+    is there to see.
+    """
+    number = max(_numbers(model_dir), default=0) + 1
+    for _ in range(_MAX_ALLOCATION_TRIES):
+        tmp = model_dir / f".v{number}.partial"
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            number = max([number, *_numbers(model_dir)]) + 1
+            continue
+        if (model_dir / f"v{number}").exists():
+            tmp.rmdir()
+            number = max([number, *_numbers(model_dir)]) + 1
+            continue
+        return number, tmp
+    raise PublishError(f"could not allocate a version in {model_dir} "
+                       f"after {_MAX_ALLOCATION_TRIES} tries")
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _write_weights(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """safetensors file (fsynced) and its description for the manifest."""
+    from safetensors.torch import save_file
+
+    try:
+        # One metadata key only: safetensors keeps metadata in a hash map whose order
+        # changes from call to call, and the same checkpoint must give the same bytes
+        # (same sha256). The model's name and config are in the manifest.
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise PublishError(f"cannot write {path}: {exc}") from exc
+    # safetensors writes through a private temp file (mode 0600); a published model is
+    # for others to read: give it the mode our own files get (the umask's, as its dir).
+    os.chmod(path, path.parent.stat().st_mode & 0o666)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    file_bytes, digest = _sha256(path)
+    dtypes: dict[str, int] = {}
+    for tensor in tensors.values():
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        dtypes[dtype] = dtypes.get(dtype, 0) + 1
+    return {
+        "file": WEIGHTS,
+        "sha256": digest,
+        "file_bytes": file_bytes,
+        "tensors": len(tensors),
+        "tensor_bytes": sum(t.numel() * t.element_size() for t in tensors.values()),
+        "dtypes": dtypes,
+    }
+
+
+def _sha256(path: Path) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(view):
+            digest.update(view[:n])
+            size += n
+    return size, digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(model_dir: Path) -> Iterator[None]:
+    """Exclusive flock of `<model>/.lock` (per open file: threads exclude each other too)."""
+    with open(model_dir / ".lock", "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _advance_latest(model_dir: Path, version: int) -> None:
+    """Point LATEST at `v<version>` unless it already names a higher version."""
+    with _locked(model_dir):
+        current = _read_latest(model_dir)
+        if current is not None and current >= version:
+            return
+        tmp = model_dir / f".{LATEST}.{secrets.token_hex(4)}.tmp"
+        try:
+            _write_file(tmp, f"v{version}\n".encode())
+            os.replace(tmp, model_dir / LATEST)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(model_dir)
+
+
+def _read_latest(model_dir: Path) -> int | None:
+    """The version LATEST names; None when there is no (well-formed) LATEST."""
+    try:
+        text = (model_dir / LATEST).read_text(encoding="ascii").strip()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    m = _VERSION_DIR.match(text)
+    return int(m.group(1)) if m else None
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def resolve_version(path: Path) -> Path:
+    """A version directory: `path` itself when it holds a manifest, else the version its
+    LATEST names (`path` being a model directory)."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return path
+    latest = path / LATEST
+    if not latest.is_file():
+        if _VERSION_DIR.match(path.name) and path.is_dir():
+            raise IntegrityError(f"{path / MANIFEST}: missing (not a published version)")
+        raise NotPublishedError(
+            f"{path}: neither a published version ({MANIFEST}) nor a model directory "
+            f"with a {LATEST} (versions there: {_versions(path) or 'none'})"
+        )
+    version = _read_latest(path)
+    if version is None:
+        raise IntegrityError(f"{latest}: does not name a version (v<N>)")
+    resolved = path / f"v{version}"
+    if not (resolved / MANIFEST).is_file():
+        raise IntegrityError(f"{latest} names v{version} but {resolved / MANIFEST} is missing")
+    return resolved
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a version (or of a model directory's LATEST), format-checked."""
+    file = resolve_version(path) / MANIFEST
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IntegrityError(f"{file}: unreadable: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise IntegrityError(f"{file}: not a published-model manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise IntegrityError(
+            f"{file}: format_version {manifest.get('format_version')!r}; this code reads "
+            f"{FORMAT_VERSION}"
+        )
+    weights = manifest.get("weights")
+    if not isinstance(weights, dict) or not isinstance(weights.get("sha256"), str):
+        raise IntegrityError(f"{file}: lacks the weights' sha256")
+    return manifest
+
+
+def load_published(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(state dict on CPU, manifest) of a published version; `path` is a version directory
+    or a model directory (then LATEST's version).
+
+    The weights file is checked against the manifest (size and SHA-256, then tensor count
+    and bytes) before it is parsed; a mismatch raises `IntegrityError` naming the file.
+    """
+    version_dir = resolve_version(path)
+    manifest = read_manifest(version_dir)
+    want = manifest["weights"]
+    file = version_dir / str(want.get("file", WEIGHTS))
+    try:
+        size, digest = _sha256(file)
+    except OSError as exc:
+        raise IntegrityError(f"{file}: unreadable: {exc}") from exc
+    if size != want.get("file_bytes") or digest != want["sha256"]:
+        raise IntegrityError(
+            f"{file}: sha256 {digest} ({size} bytes) differs from the manifest's "
+            f"{want['sha256']} ({want.get('file_bytes')} bytes): damaged or replaced"
+        )
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(file), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise IntegrityError(f"{file}: not a readable safetensors file: {exc}") from exc
+    count = len(tensors)
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    if count != want.get("tensors") or nbytes != want.get("tensor_bytes"):
+        raise IntegrityError(
+            f"{file}: {count} tensors / {nbytes} bytes, the manifest says "
+            f"{want.get('tensors')} / {want.get('tensor_bytes')}"
+        )
+    return tensors, manifest
+
+
+def build_published_model(path: Path) -> DLRMTrainModule:
+    """The DLRM of a published version, rebuilt from its manifest's model config with the
+    weights loaded strictly, in eval mode, on CPU.
+
+    The result is the training module (same state-dict keys as the artifact); for
+    predictions call its `.model(dense, sparse)` (logits).
+    """
+    from airflow_ett.trainer.model import ModelConfig, ModelConfigError, build_dlrm
+
+    version_dir = resolve_version(path)  # once: LATEST may move while we read
+    tensors, manifest = load_published(version_dir)
+    try:
+        config = ModelConfig.from_dict(manifest["model"]["config"])
+    except (KeyError, TypeError, ModelConfigError) as exc:
+        raise IntegrityError(f"{version_dir / MANIFEST}: bad model config: {exc}") from exc
+    seed = int(manifest.get("run", {}).get("seed", 0))
+    model = build_dlrm(config, seed=seed)
+    try:
+        model.load_state_dict(tensors, strict=True)
+    except RuntimeError as exc:
+        raise IntegrityError(
+            f"{version_dir / WEIGHTS}: does not fit model {config.name!r}: {exc}"
+        ) from exc
+    return model.eval()
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m airflow_ett.trainer.publish --config FILE --out DIR [--metrics JSON]`:
+    publish, print the version directory. Exit 0, 1 (nothing or a refusal to publish),
+    or 78 (bad config or arguments: retrying will not help), like the trainer."""
+    from airflow_ett.trainer import TorchRecMissingError, require_torchrec
+    from airflow_ett.trainer.config import ConfigError, load_config
+    from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_OK
+
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_ett.trainer.publish",
+        description="Publish the newest committed checkpoint as a versioned model.",
+    )
+    parser.add_argument("--config", required=True, help="trainer config (TOML or JSON)")
+    parser.add_argument("--out", required=True, help="root of the published models")
+    parser.add_argument("--metrics", default=None, help="JSON object of name: number")
+    parser.add_argument("--extra", default=None, help="JSON object stored as is")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("airflow_ett").setLevel(logging.INFO)
+    try:
+        require_torchrec()
+        cfg = load_config(args.config)
+        metrics = _check_metrics(_json_object("--metrics", args.metrics))
+        extra = _json_object("--extra", args.extra)
+    except (ConfigError, TorchRecMissingError, ValueError, PublishError) as exc:
+        print(f"publish: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    try:
+        published = publish_model(cfg, Path(args.out), metrics=metrics, extra=extra)
+    except PublishError as exc:
+        print(f"publish: error: {exc}", file=sys.stderr)
+        return EXIT_APPLICATION
+    print(published.path)
+    return EXIT_OK
+
+
+def _json_object(flag: str, text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{flag}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{flag}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
