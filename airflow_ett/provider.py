@@ -15,6 +15,7 @@ CONFIG_DEFAULTS: Final[dict[str, str]] = {
     "disabled": "False",
     "spool_dir": "{AIRFLOW_HOME}/ett_spool",
     "emit_timeout": "2.0",
+    "work_dir": "{AIRFLOW_HOME}/ett_work",
 }
 
 _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
@@ -37,6 +38,12 @@ _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
         "The longest, in seconds, that recording may hold up the task it observes "
         "(flush at exit included). What is not written by then is spooled.",
         "float",
+    ),
+    "work_dir": (
+        "Where lifecycle DAGs keep their files: a directory per job (trainer config, "
+        "checkpoints), the shared compile cache and published models. On a fleet, a path "
+        "every worker mounts (the train task's retry restores from its checkpoints).",
+        "string",
     ),
 }
 

@@ -89,6 +89,7 @@ class EttSettings:
     disabled: bool
     spool_dir: Path
     emit_timeout: float
+    work_dir: Path
 
     @classmethod
     def load(cls) -> EttSettings:
@@ -97,4 +98,5 @@ class EttSettings:
             disabled=_parse_bool("disabled", raw_setting("disabled")),
             spool_dir=Path(raw_setting("spool_dir")).expanduser(),
             emit_timeout=_parse_positive_float("emit_timeout", raw_setting("emit_timeout")),
+            work_dir=Path(raw_setting("work_dir")).expanduser(),
         )

@@ -1,6 +1,31 @@
 """Airflow operators for training-job lifecycles (installed as `airflow_ett.operators`).
 
-The prewarm, train and publish operators and the lifecycle DAG factory land with the
-Airflow-integration work; this package exists now so that the install layout (the
-`airflow_ett/operators` symlink) is exercised by every tool from the first commit.
+`training_job(...)` builds a whole lifecycle DAG; the three operators can also be used
+one by one in a DAG of your own (tag it `ett` to have the listeners record it).
 """
+
+from airflow_ett.operators.errors import (
+    TrainerApplicationError,
+    TrainerConfigError,
+    TrainerFailed,
+    TrainerInfraFailure,
+    TrainerPreempted,
+)
+from airflow_ett.operators.job import JobConfigError
+from airflow_ett.operators.lifecycle import training_job
+from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
+from airflow_ett.operators.publish import PublishModelOperator
+from airflow_ett.operators.train import TorchRecTrainOperator
+
+__all__ = [
+    "CompileCachePrewarmOperator",
+    "JobConfigError",
+    "PublishModelOperator",
+    "TorchRecTrainOperator",
+    "TrainerApplicationError",
+    "TrainerConfigError",
+    "TrainerFailed",
+    "TrainerInfraFailure",
+    "TrainerPreempted",
+    "training_job",
+]

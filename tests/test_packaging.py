@@ -127,7 +127,7 @@ def test_installed_metadata_declares_the_provider() -> None:
     assert info["package-name"] == "airflow-ett"
     assert info["versions"][0] == metadata.version("airflow-ett")
     assert set(info["config"]["ett"]["options"]) == {
-        "store_url", "disabled", "spool_dir", "emit_timeout"
+        "store_url", "disabled", "spool_dir", "emit_timeout", "work_dir"
     }
 
 

@@ -72,7 +72,8 @@ print(json.dumps({
     "airflow": {k: conf.get("ett", k) for k in sys.argv[1:]},
     "typed": [conf.getboolean("ett", "disabled"), conf.getfloat("ett", "emit_timeout")],
     "ours": {"store_url": ours.store_url, "disabled": str(ours.disabled),
-             "spool_dir": str(ours.spool_dir), "emit_timeout": str(ours.emit_timeout)},
+             "spool_dir": str(ours.spool_dir), "emit_timeout": str(ours.emit_timeout),
+             "work_dir": str(ours.work_dir)},
     "ours_typed": [ours.disabled, ours.emit_timeout],
     "heavy": sorted(m for m in ("torch", "torchrec", "fbgemm_gpu") if m in sys.modules),
 }))
@@ -104,11 +105,13 @@ def test_plugin_loads_cleanly_and_airflow_reads_ett_config_as_we_do(
         "disabled": "True",
         "spool_dir": "/srv/ett/spool",
         "emit_timeout": "0.25",
+        "work_dir": f"{home}/ett_work",
     }
     assert result["typed"] == [True, 0.25]
     assert result["ours_typed"] == result["typed"]
     assert result["ours"]["store_url"] == result["airflow"]["store_url"]
     assert result["ours"]["spool_dir"] == result["airflow"]["spool_dir"]
+    assert result["ours"]["work_dir"] == result["airflow"]["work_dir"]
 
 
 def test_airflow_config_cli_shows_the_provider_default(

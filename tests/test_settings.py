@@ -40,6 +40,7 @@ def test_defaults_expand_airflow_home(home: Path) -> None:
         disabled=False,
         spool_dir=home / "ett_spool",
         emit_timeout=2.0,
+        work_dir=home / "ett_work",
     )
 
 

@@ -49,6 +49,8 @@ from airflow_ett.ett.events import (
     PhaseEnded,
     PhaseStarted,
     Progress,
+    TaskSource,
+    TaskStateChanged,
 )
 from airflow_ett.settings import EttSettings
 
@@ -292,6 +294,14 @@ class Emitter:
 
     def job_ended(self, status: JobStatus, *, ts: float | None = None) -> None:
         self._record(JobEnded, ts, per_attempt=False, status=status)
+
+    def task_state(self, dag_id: str, task_id: str, state: str, *, try_number: int = 0,
+                   map_index: int = -1, source: TaskSource = "worker",
+                   message: str | None = None, ts: float | None = None) -> None:
+        """An Airflow task try changed state (what the listeners record)."""
+        self._record(TaskStateChanged, ts, per_attempt=False, dag_id=dag_id, task_id=task_id,
+                     state=state, try_number=try_number, map_index=map_index, source=source,
+                     message=message)
 
     def model_published(self, uri: str | None = None, *, ts: float | None = None) -> None:
         self._record(ModelPublished, ts, per_attempt=False, uri=uri)

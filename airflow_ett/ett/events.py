@@ -33,6 +33,7 @@ FailureCause = Literal["preemption", "infra", "application", "unknown"]
 FAILURE_CAUSES: Final[tuple[str, ...]] = ("preemption", "infra", "application", "unknown")
 AttemptStatus = Literal["success", "failed"]
 JobStatus = Literal["success", "failed", "cancelled"]
+TaskSource = Literal["worker", "scheduler", "api"]
 ComponentName = Literal[
     "scheduling",
     "initialization",
@@ -143,6 +144,22 @@ class JobEnded(_Base, tag="job_ended", frozen=True):
     status: JobStatus
 
 
+class TaskStateChanged(_Base, tag="task_state", frozen=True):
+    """An Airflow task try of the job's DAG run changed state (`running`, `success`,
+    `failed`, `up_for_retry`, ...), as a listener saw it: on the worker (`source`
+    "worker"), in the scheduler for tasks killed from outside ("scheduler"), or in the API
+    server for a state set by hand ("api"). Task-level boundaries for the record and the
+    UI; the attribution reads time from the trainer's and operators' events."""
+
+    dag_id: str
+    task_id: str
+    state: str
+    try_number: int = 0
+    map_index: int = -1
+    source: TaskSource = "worker"
+    message: str | None = None
+
+
 class ModelPublished(_Base, tag="model_published", frozen=True):
     """The trained model became available; reported apart from E2E when it is later."""
 
@@ -158,6 +175,7 @@ Event = (
     | Progress
     | CheckpointSaved
     | JobEnded
+    | TaskStateChanged
     | ModelPublished
 )
 _EVENT_CLASSES: Final[tuple[type[Any], ...]] = (
@@ -169,6 +187,7 @@ _EVENT_CLASSES: Final[tuple[type[Any], ...]] = (
     Progress,
     CheckpointSaved,
     JobEnded,
+    TaskStateChanged,
     ModelPublished,
 )
 EVENT_TYPES: Final[dict[str, type[Any]]] = {

@@ -31,11 +31,22 @@ def line(**changes: object) -> str:
 def test_every_simulated_event_round_trips_through_json() -> None:
     events = simulate(JobSpec(failures=(InjectedFailure(at_step=30, cause="infra"),)))
     assert {type(e).__struct_config__.tag for e in events} >= set(EVENT_TYPES) - {  # type: ignore[attr-defined]
-        "model_published"}
+        "model_published", "task_state"}
     for event in events:
         text = event_to_json(event)
         assert parse_line(text) == event
         assert json.loads(text)["v"] == 1
+
+
+def test_task_state_round_trips_and_names_a_bad_source() -> None:
+    text = json.dumps({"type": "task_state", "id": "t1", "job": "d__r", "ts": 5.0,
+                       "dag_id": "d", "task_id": "train", "state": "up_for_retry",
+                       "try_number": 2, "source": "scheduler", "message": "killed"})
+    event = parse_line(text)
+    assert parse_line(event_to_json(event)) == event
+    with pytest.raises(EventError) as err:
+        parse_line(text.replace('"scheduler"', '"cron"'))
+    assert err.value.field == "source" and err.value.value == "cron"
 
 
 def test_iso_times_with_zone_are_accepted() -> None:

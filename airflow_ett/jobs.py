@@ -1,0 +1,57 @@
+"""How Airflow's objects map onto ETT jobs and attempts, in one place.
+
+A job is one DAG run of a lifecycle DAG; an attempt is one start of the trainer, inside
+one Airflow try of the train task. Listeners (in the scheduler, on workers, in the API
+server) and operators name the same job and attempt independently, without talking to
+each other, so the names must be pure functions of what every one of them can see.
+Which DAGs are recorded, and for which tenant and model, is written in the DAG's tags,
+since tags are the one DAG attribute the scheduler, the worker and the UI all have.
+No Airflow import: the trainer side and tests use this too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+ETT_TAG: Final = "ett"
+"""A DAG carrying this tag is recorded by the listeners (the lifecycle factory adds it)."""
+TENANT_TAG: Final = "ett:tenant="
+MODEL_TAG: Final = "ett:model="
+
+
+def job_id_for(dag_id: str, run_id: str) -> str:
+    """`<dag_id>__<run_id>`: readable in `airflow-ett runs list`, unique per DAG run."""
+    return f"{dag_id}__{run_id}"
+
+
+def attempt_id_for(try_number: int, restart: int) -> str:
+    """`<try>.<restart>`: the Airflow try and the in-place restart within it (both 1-based),
+    so an attempt's id says which try of the task it belonged to."""
+    return f"{try_number}.{restart}"
+
+
+@dataclass(frozen=True, slots=True)
+class DagRecording:
+    """What a DAG's tags say about recording it."""
+
+    recorded: bool
+    tenant: str = "default"
+    model: str = ""
+
+
+def recording_of(tags: Iterable[str] | None) -> DagRecording:
+    tag_set = set(tags or ())
+    tenant, model = "default", ""
+    for tag in tag_set:
+        if tag.startswith(TENANT_TAG):
+            tenant = tag[len(TENANT_TAG):] or tenant
+        elif tag.startswith(MODEL_TAG):
+            model = tag[len(MODEL_TAG):]
+    return DagRecording(ETT_TAG in tag_set, tenant, model)
+
+
+def tags_for(tenant: str, model: str, *, record: bool = True) -> list[str]:
+    tags = [f"{TENANT_TAG}{tenant}", f"{MODEL_TAG}{model}"]
+    return [ETT_TAG, *tags] if record else tags

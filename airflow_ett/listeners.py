@@ -1,0 +1,329 @@
+"""The Airflow listener: task-level boundaries of every recorded DAG run.
+
+Where each hook fires (Airflow 3.3): DAG-run hooks in the scheduler, inside its
+transaction (and in the API server when a person sets a run's state); task-instance hooks
+in the task process on the worker, in the scheduler for tasks killed from outside, and in
+the API server for states set by hand. What this records:
+
+- `on_dag_run_running`: `job_submitted` at the run's `queued_at` (E2E starts there);
+- task tries `running` / `success` / `failed` / `up_for_retry`: `task_state` events, and a
+  `retry_delay` phase when Airflow will retry after a delay;
+- the DAG run's end: `job_ended`, only as a fallback for jobs whose train task never
+  said so (it failed before training, or was killed), checked against the store.
+
+The hook bodies copy plain values off the Airflow objects (never touching Airflow's ORM
+session or a lazy relationship) and hand them to the emitter, which writes on its own
+thread and spools when the store is down. Work that must read the store (the fallback
+end, states set in the API server for DAGs it cannot see the tags of) runs on one daemon
+thread here, so no hook ever waits on I/O. Every body is guarded: whatever goes wrong is
+logged, rate-limited, and never reaches Airflow. The worker's task process exits right
+after its last hook, so `before_stopping` flushes, bounded by `[ett] emit_timeout`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, ParamSpec, TypeVar
+
+from pluggy import HookimplMarker
+
+from airflow_ett.emit import Emitter, get_emitter
+from airflow_ett.emit._log import RateLimitedLog
+from airflow_ett.jobs import DagRecording, job_id_for, recording_of
+from airflow_ett.settings import EttSettings
+
+hookimpl = HookimplMarker("airflow")  # the marker Airflow's listener managers collect
+
+log = logging.getLogger("airflow_ett.listeners")
+_rate_limited = RateLimitedLog(log)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+TERMINAL_RUN_STATES: Final = {"success": "success", "failed": "failed"}
+_BACKGROUND_QUEUE: Final = 1024
+
+
+def _guarded(fn: Callable[P, None]) -> Callable[P, None]:
+    """A hook body that can never raise into Airflow."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:
+            _rate_limited(logging.WARNING, f"{fn.__name__}-{type(exc).__name__}",
+                          "ETT listener %s: not recorded: %r", fn.__name__, exc, exc_info=exc)
+
+    return wrapper
+
+
+def _ts(value: Any) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
+def _state_name(state: Any) -> str:
+    value = getattr(state, "value", state)
+    return str(value) if value is not None else "none"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTry:
+    """The plain values a task hook needs, copied off the task instance."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+    map_index: int
+    state: str
+    source: str
+    recording: DagRecording | None  # None: the tags cannot be seen from this process
+    retry_delay_s: float | None
+    message: str | None
+
+    @property
+    def job(self) -> str:
+        return job_id_for(self.dag_id, self.run_id)
+
+
+def _source(previous_state: Any, task_instance: Any) -> str:
+    if type(task_instance).__name__ == "RuntimeTaskInstance":
+        return "worker"
+    return "api" if previous_state is None else "scheduler"
+
+
+def _task_try(previous_state: Any, ti: Any, state: str | None = None,
+              error: BaseException | str | None = None) -> TaskTry:
+    task = getattr(ti, "task", None)
+    dag = getattr(task, "dag", None)
+    tags = getattr(dag, "tags", None)
+    delay = getattr(task, "retry_delay", None)
+    backoff = bool(getattr(task, "retry_exponential_backoff", False))
+    return TaskTry(
+        dag_id=str(ti.dag_id), run_id=str(ti.run_id), task_id=str(ti.task_id),
+        try_number=int(getattr(ti, "try_number", 0) or 0),
+        map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None)
+                      is not None else -1),
+        state=state or _state_name(getattr(ti, "state", None)),
+        source=_source(previous_state, ti),
+        recording=recording_of(tags) if tags is not None else None,
+        retry_delay_s=(delay.total_seconds() if isinstance(delay, timedelta) and not backoff
+                       else None),
+        message=None if error is None else str(error)[:500],
+    )
+
+
+class _Background:
+    """One daemon thread for the few hook actions that read the store first.
+
+    A daemon thread, not a ThreadPoolExecutor: the interpreter joins an executor's
+    threads at exit, and a store that hangs must never keep a task process alive.
+    The queue is bounded; when it is full the action is dropped and said so.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Callable[[], None]] = queue.Queue(_BACKGROUND_QUEUE)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def submit(self, action: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ett-listener",
+                                                daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(action)
+        except queue.Full:
+            _rate_limited(logging.WARNING, "background-full",
+                          "ETT listener: background queue full, an action was dropped")
+
+    def join(self, timeout: float) -> bool:
+        """Wait until what was submitted so far has run (at most `timeout`)."""
+        done = threading.Event()
+        if self._thread is None or not self._thread.is_alive():
+            return True
+        try:
+            self._queue.put(done.set, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            action = self._queue.get()
+            try:
+                action()
+            except Exception as exc:
+                _rate_limited(logging.WARNING, f"background-{type(exc).__name__}",
+                              "ETT listener: background action failed: %r", exc)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._thread = None
+        self._queue = queue.Queue(_BACKGROUND_QUEUE)
+
+
+class EttListener:
+    """Registered by the `airflow_ett` plugin in every Airflow process.
+
+    `emitter` and `store_url` exist for tests; by default they come from `[ett]`.
+    """
+
+    def __init__(self, emitter: Callable[[], Emitter] | None = None,
+                 store_url: Callable[[], str] | None = None,
+                 settings: Callable[[], EttSettings] = EttSettings.load) -> None:
+        self._emitter = emitter or get_emitter
+        self._store_url = store_url
+        self._settings = settings
+        self._settings_cache: EttSettings | None = None
+        self._store: Any = None
+        self._background = _Background()
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def settings(self) -> EttSettings:
+        if self._settings_cache is None:
+            self._settings_cache = self._settings()
+        return self._settings_cache
+
+    def _enabled(self) -> bool:
+        return not self.settings().disabled
+
+    def _job_known(self, job: str) -> Any:
+        """The store's row for `job`, or None; on the background thread only."""
+        if self._store is None:
+            from airflow_ett.store import EttStore
+
+            url = self._store_url() if self._store_url else self.settings().store_url
+            self._store = EttStore(url)
+        return self._store.get_job(job)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        budget = self.settings().emit_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        joined = self._background.join(budget)
+        emitted = self._emitter().flush(max(0.0, deadline - time.monotonic()))
+        return joined and emitted
+
+    # -- DAG runs ----------------------------------------------------------------------
+
+    @hookimpl
+    @_guarded
+    def on_dag_run_running(self, dag_run: Any, msg: str) -> None:
+        if not self._enabled():
+            return
+        dag = getattr(dag_run, "dag", None)
+        recording = recording_of(getattr(dag, "tags", None))
+        if not recording.recorded:
+            return
+        dag_id, run_id = str(dag_run.dag_id), str(dag_run.run_id)
+        queued = _ts(getattr(dag_run, "queued_at", None)) or _ts(
+            getattr(dag_run, "start_date", None))
+        conf = getattr(dag_run, "conf", None)
+        attrs: dict[str, Any] = {"run_type": _state_name(getattr(dag_run, "run_type", None))}
+        if isinstance(conf, dict) and conf:
+            attrs["conf"] = {str(k): v for k, v in conf.items()}
+        self._emitter().bind(job_id_for(dag_id, run_id)).job_submitted(
+            tenant=recording.tenant, model=recording.model, dag_id=dag_id, run_id=run_id,
+            attrs=attrs, ts=queued)
+
+    @hookimpl
+    @_guarded
+    def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
+        self._dag_run_ended(dag_run, "success")
+
+    @hookimpl
+    @_guarded
+    def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
+        self._dag_run_ended(dag_run, "failed")
+
+    def _dag_run_ended(self, dag_run: Any, status: str) -> None:
+        if not self._enabled():
+            return
+        dag = getattr(dag_run, "dag", None)
+        tags = getattr(dag, "tags", None)
+        if tags is not None and not recording_of(tags).recorded:
+            return
+        job = job_id_for(str(dag_run.dag_id), str(dag_run.run_id))
+        ended = _ts(getattr(dag_run, "end_date", None)) or time.time()
+        job_status = "success" if status == "success" else "failed"
+
+        def fallback_end() -> None:
+            row = self._job_known(job)
+            if row is None or row.ended_ts is not None:
+                return  # not an ETT job, or its train task already said when it ended
+            self._emitter().bind(job).job_ended(job_status, ts=ended)  # type: ignore[arg-type]
+
+        self._background.submit(fallback_end)
+
+    # -- task tries --------------------------------------------------------------------
+
+    @hookimpl
+    @_guarded
+    def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:
+        if self._enabled():
+            self._record_try(_task_try(previous_state, task_instance, "running"),
+                             _ts(getattr(task_instance, "start_date", None)))
+
+    @hookimpl
+    @_guarded
+    def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
+        if self._enabled():
+            self._record_try(_task_try(previous_state, task_instance, "success"), None)
+
+    @hookimpl
+    @_guarded
+    def on_task_instance_failed(self, previous_state: Any, task_instance: Any,
+                                error: BaseException | str | None = None) -> None:
+        if not self._enabled():
+            return
+        # Airflow calls this hook for up_for_retry too: the state tells them apart.
+        state = _state_name(getattr(task_instance, "state", None))
+        if state not in ("up_for_retry", "failed"):
+            state = "failed"
+        self._record_try(_task_try(previous_state, task_instance, state, error), None)
+
+    def _record_try(self, t: TaskTry, ts: float | None) -> None:
+        now = time.time() if ts is None else ts
+
+        def record() -> None:
+            emitter = self._emitter().bind(t.job)
+            emitter.task_state(t.dag_id, t.task_id, t.state, try_number=t.try_number,
+                               map_index=t.map_index, source=t.source,  # type: ignore[arg-type]
+                               message=t.message, ts=now)
+            if t.state == "up_for_retry" and t.retry_delay_s and t.source == "worker":
+                span = emitter.phase_start("retry_delay", ts=now)
+                emitter.phase_end("retry_delay", span, ts=now + t.retry_delay_s)
+
+        if t.recording is not None:
+            if t.recording.recorded:
+                record()
+            return
+
+        # No tags visible here (the API server's task instances): record only for jobs
+        # the store knows, which it checks off the request's thread.
+        def if_known() -> None:
+            if self._job_known(t.job) is not None:
+                record()
+
+        self._background.submit(if_known)
+
+    # -- process lifecycle ---------------------------------------------------------------
+
+    @hookimpl
+    @_guarded
+    def before_stopping(self, component: Any) -> None:
+        """The task process exits right after this: deliver what it recorded."""
+        if self._enabled():
+            self.flush()

@@ -1,0 +1,80 @@
+"""What the three lifecycle operators share: the job's identity, files and emitter.
+
+Thin on purpose: the decisions live in `job.py` (config), the trainer's launcher (exit
+codes, restarts) and the ETT model; an operator wires Airflow's context to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_ett.emit import Emitter, get_emitter
+from airflow_ett.jobs import job_id_for
+from airflow_ett.operators.job import (
+    JobConfigError,
+    JobPaths,
+    check_trainer_config,
+    job_paths,
+    materialize,
+)
+from airflow_ett.settings import EttSettings
+from airflow_ett.trainer.config import TrainerConfig
+
+
+class EttTrainerOperator(BaseOperator):
+    """Base of the lifecycle operators.
+
+    :param trainer_config: the trainer's config (see `airflow_ett.trainer.config`), minus
+        the paths the operators manage; validated when the DAG file is parsed.
+    :param nproc: trainer processes (1: the module alone; more: under torchrun).
+    :param work_dir: where job files, the compile cache and models live; default
+        `[ett] work_dir`.
+    :param record: False turns ETT recording off for this task and its trainer.
+    """
+
+    ett_role = ""
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, trainer_config: Mapping[str, Any], nproc: int = 1,
+                 work_dir: str | None = None, record: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_trainer_config(trainer_config)
+        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+            raise JobConfigError(f"{type(self).__name__}: nproc = {nproc!r}: must be an "
+                                 "integer >= 1")
+        self.trainer_config = dict(trainer_config)
+        self.nproc = nproc
+        self.work_dir = work_dir
+        self.record = record
+
+    # -- per-run helpers (execute time) --------------------------------------------------
+
+    @staticmethod
+    def run_ids(context: Mapping[str, Any]) -> tuple[str, str]:
+        ti = context["ti"]
+        return str(ti.dag_id), str(ti.run_id)
+
+    def job_id(self, context: Mapping[str, Any]) -> str:
+        return job_id_for(*self.run_ids(context))
+
+    def paths(self, context: Mapping[str, Any]) -> JobPaths:
+        root = Path(self.work_dir).expanduser() if self.work_dir else EttSettings.load().work_dir
+        return job_paths(root, *self.run_ids(context))
+
+    def prepare(self, context: Mapping[str, Any]) -> tuple[JobPaths, TrainerConfig]:
+        """The job's files and its trainer config with the run's params applied."""
+        paths = self.paths(context)
+        cfg = materialize(self.trainer_config, context.get("params"), paths)
+        return paths, cfg
+
+    def emitter(self, context: Mapping[str, Any], attempt: str | None = None) -> Emitter:
+        base = get_emitter() if self.record else Emitter(disabled=True)
+        return base.bind(self.job_id(context), attempt)
+
+    def child_env(self) -> dict[str, str]:
+        """The trainer inherits the task's environment ([ett] settings included)."""
+        return {} if self.record else {"AIRFLOW__ETT__DISABLED": "True"}

@@ -1,0 +1,138 @@
+"""A lifecycle job's trainer config and files: one definition for all three tasks.
+
+The prewarm, train and publish tasks run in different processes (and, on a fleet, on
+different workers), yet must agree on the trainer config, the checkpoint directory and
+the compile cache. So each task derives them the same way from the same inputs: the
+config declared in the DAG file, the DAG run's params (the trigger form), and
+`[ett] work_dir`. Nothing here imports Airflow or torch: DAG files call it at parse time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
+
+# Fields the operators own: a DAG file that sets them would fight the job's layout.
+MANAGED_FIELDS: Final = ("checkpoint_dir", "compile_cache_dir", "events_file")
+FAULT_KINDS: Final = ("none", "raise", "kill", "hang")
+PARAM_NAMES: Final = ("steps", "inject_fault", "fault_at_step", "fault_attempt")
+
+
+class JobConfigError(ValueError):
+    """A lifecycle job that cannot run; the message names the parameter and value."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPaths:
+    work_dir: Path
+    job_dir: Path
+    config_file: Path
+    checkpoint_dir: Path
+    compile_cache_dir: Path
+    models_dir: Path
+
+
+def _safe(name: str) -> str:
+    """A run id as a directory name: readable, and unique even where two ids differ only
+    in characters a path cannot hold (`:` and `+` in Airflow's timestamps)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+    return f"{readable[:80]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def job_paths(work_dir: Path, dag_id: str, run_id: str) -> JobPaths:
+    job_dir = work_dir / "jobs" / _safe(dag_id) / _safe(run_id)
+    return JobPaths(
+        work_dir=work_dir,
+        job_dir=job_dir,
+        config_file=job_dir / "trainer.json",
+        checkpoint_dir=job_dir / "checkpoints",
+        # shared by every job of the work dir: entries are keyed by model, device, shapes
+        compile_cache_dir=work_dir / "compile_cache",
+        models_dir=work_dir / "models",
+    )
+
+
+def check_trainer_config(config: Mapping[str, Any]) -> TrainerConfig:
+    """Validate a DAG file's trainer config as the trainer will (at DAG parse time)."""
+    managed = sorted(set(config) & set(MANAGED_FIELDS))
+    if managed:
+        raise JobConfigError(f"trainer config: {managed} are set by the lifecycle "
+                             f"operators (under [ett] work_dir); remove them")
+    try:
+        return config_from_mapping({**config, "checkpoint_dir": "/nonexistent/validate"})
+    except ConfigError as exc:
+        raise JobConfigError(str(exc)) from None
+
+
+def _int_param(params: Mapping[str, Any], name: str, minimum: int) -> int:
+    value = params[name]
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise JobConfigError(f"DAG param {name!r} = {value!r}: must be an integer >= {minimum}")
+    return value
+
+
+def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trainer config with the trigger form's values applied.
+
+    `steps` replaces the step count; `inject_fault` ("none" or a fault kind) with
+    `fault_at_step` and `fault_attempt` replaces the configured faults. Other params
+    are the DAG author's own and are left alone.
+    """
+    out = dict(config)
+    params = params or {}
+    if params.get("steps") is not None:
+        out["steps"] = _int_param(params, "steps", 1)
+    kind = params.get("inject_fault")
+    if kind is not None:
+        if kind not in FAULT_KINDS:
+            raise JobConfigError(f"DAG param 'inject_fault' = {kind!r}: must be one of "
+                                 f"{list(FAULT_KINDS)}")
+        if kind == "none":
+            out["faults"] = []
+        else:
+            at_step = _int_param(params, "fault_at_step", 1) if params.get(
+                "fault_at_step") is not None else 1
+            attempt = _int_param(params, "fault_attempt", 1) if params.get(
+                "fault_attempt") is not None else 1
+            out["faults"] = [{"kind": kind, "at_step": at_step, "attempt": attempt}]
+    return out
+
+
+def materialize(config: Mapping[str, Any], params: Mapping[str, Any] | None,
+                paths: JobPaths) -> TrainerConfig:
+    """Write the job's trainer config file (atomically) and return it parsed.
+
+    Every task writes the same bytes from the same inputs, so whichever runs first, the
+    trainer, the publisher and a retry read one config.
+    """
+    data = {
+        **apply_params(config, params),
+        "checkpoint_dir": str(paths.checkpoint_dir),
+        "compile_cache_dir": str(paths.compile_cache_dir),
+    }
+    try:
+        parsed = config_from_mapping(data)
+    except ConfigError as exc:
+        raise JobConfigError(str(exc)) from None
+    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=paths.job_dir, prefix=".trainer-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, paths.config_file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return parsed

@@ -1,0 +1,94 @@
+"""`CompileCachePrewarmOperator`: compile once, before the job holds its GPUs.
+
+Compilation is the largest single piece of a cold start, and every restart repeats it.
+Run ahead of the train task (on a CPU worker here; on a fleet, on one GPU of the right
+kind rather than the job's whole allocation), this leaves an entry in the shared compile
+cache under exactly the key the job's ranks will look up, so their compile is a load.
+On a hit it only checks the entry and says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_ett.operators.base import EttTrainerOperator
+from airflow_ett.operators.errors import TrainerConfigError
+from airflow_ett.operators.job import JobConfigError
+from airflow_ett.trainer.faults import EXIT_BAD_CONFIG, EXIT_OK
+
+
+class CompileCachePrewarmOperator(EttTrainerOperator):
+    """Fill the compile cache for a lifecycle job's model, shapes and world size.
+
+    A failed prewarm does not fail the job (the train task then compiles cold, which is
+    slower but correct), except for a config the trainer refuses: that would fail the
+    train task too, so it fails here, early, without retries.
+
+    :param timeout_s: the longest a prewarm compile may take before it is abandoned.
+    """
+
+    ett_role = "prewarm"
+    ui_color = "#fdf3d8"
+
+    def __init__(self, *, queue: str = "cpu", timeout_s: float = 1800.0, **kwargs: Any) -> None:
+        super().__init__(queue=queue, **kwargs)
+        if not timeout_s > 0:
+            raise JobConfigError(f"CompileCachePrewarmOperator: timeout_s = {timeout_s!r}: "
+                                 "must be > 0")
+        self.timeout_s = timeout_s
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            paths, cfg = self.prepare(context)
+        except JobConfigError as exc:
+            raise TrainerConfigError(str(exc)) from None
+        if not (cfg.compile and cfg.optimizations.compile_cache):
+            self.log.info("compile or the compile cache is off for this job: nothing to prewarm")
+            return {"hit": None, "key": None}
+
+        from airflow_ett.trainer.compile_cache import CompileCache, device_kind, trainer_cache_key
+
+        key = trainer_cache_key(cfg.model.to_dict(), device_kind(None),
+                                batch_size=cfg.batch_size, world_size=self.nproc)
+        cache = CompileCache(paths.compile_cache_dir)
+        emitter = self.emitter(context)
+        span = emitter.phase_start("cache_prewarm")
+        try:
+            if cache.has(key):
+                self.log.info("compile cache hit for %s (key %s): nothing to compile; "
+                              "checked in %.2f s", cfg.model.name, key,
+                              time.monotonic() - started)
+                return {"hit": True, "key": key}
+            self.log.info("compile cache miss for %s (key %s): compiling on the fast batch",
+                          cfg.model.name, key)
+            code = self._compile(paths.config_file, self.job_id(context))
+        finally:
+            emitter.phase_end("cache_prewarm", span)
+            emitter.flush()
+        if code == EXIT_BAD_CONFIG:
+            raise TrainerConfigError(f"the trainer refused {paths.config_file} (exit 78); "
+                                     "see the log above")
+        saved = code == EXIT_OK and cache.has(key)
+        if saved:
+            self.log.info("compile cache saved for key %s in %.1f s", key,
+                          time.monotonic() - started)
+        else:
+            self.log.warning("prewarm did not save a cache entry (exit code %s): the train "
+                             "task will compile cold", code)
+        return {"hit": False, "key": key, "saved": saved, "exit_code": code}
+
+    def _compile(self, config_file: Any, job: str) -> int:
+        from airflow_ett.trainer.launcher import run_attempts
+
+        # The trainer reports nothing here: the operator's job-level `cache_prewarm`
+        # phase is the record (a trainer "attempt" would count as a job attempt).
+        result = run_attempts(
+            config_file, job, max_attempts=1, attempt_id=lambda _n: "prewarm",
+            env={**self.child_env(), "AIRFLOW__ETT__DISABLED": "True"},
+            extra_args=["--prewarm", "--prewarm-world-size", str(self.nproc)],
+            on_output=self.log.info, timeout=self.timeout_s,
+        )
+        return result.last.exit_code

@@ -1,0 +1,80 @@
+"""`PublishModelOperator`: ship the trained model on a CPU worker, after the GPUs are free.
+
+Publishing inside the GPU task keeps a whole allocation idle while weights are converted
+and copied (Meta measured 25-55 minutes of such shutdown). Here the train task ends (and
+records `job_ended`) first; this task loads the final checkpoint on CPU and writes a
+versioned, portable artifact with a manifest that carries the run's ETT summary, so the
+publish time is reported as "time to model available", not GPU time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_ett.operators.base import EttTrainerOperator
+from airflow_ett.operators.errors import TrainerConfigError
+from airflow_ett.operators.job import JobConfigError
+
+_SUMMARY_KEYS = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
+                 "shutdown_s", "components", "provisional")
+
+
+def ett_summary(job: str, log: logging.Logger | Any) -> dict[str, Any] | None:
+    """The job's ETT so far, compact, for the manifest; None when the store cannot say
+    (publishing must not fail because the measurement is unavailable)."""
+    try:
+        from airflow_ett.settings import EttSettings
+        from airflow_ett.store import EttStore
+
+        with EttStore(EttSettings.load().store_url) as store:
+            full = store.summary(job)
+    except Exception as exc:
+        log.warning("no ETT summary for %s in the manifest: %s", job, exc)
+        return None
+    return {key: full[key] for key in _SUMMARY_KEYS if key in full}
+
+
+def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
+                log: logging.Logger | Any) -> dict[str, Any]:
+    """Publish the job's newest checkpoint; shared by this operator and the baseline's
+    in-GPU publish, so both write the same artifact."""
+    try:
+        paths, cfg = op.prepare(context)
+    except JobConfigError as exc:
+        raise TrainerConfigError(str(exc)) from None
+    from airflow_ett.trainer.publish import publish_model
+
+    job = op.job_id(context)
+    dag_id, run_id = op.run_ids(context)
+    summary = ett_summary(job, log)
+    ett_pct = summary.get("ett_pct") if summary else None
+    published = publish_model(
+        cfg, paths.models_dir,
+        metrics={"ett_pct": ett_pct} if isinstance(ett_pct, int | float) and math.isfinite(
+            ett_pct) else None,
+        ett_summary=summary,
+        extra={"job": job, "dag_id": dag_id, "run_id": run_id},
+    )
+    op.emitter(context).model_published(uri=str(published.path))
+    log.info("published %s (checkpoint step %s, data cursor %s)", published.path,
+             published.step, published.cursor)
+    return {"path": str(published.path), "version": published.version,
+            "manifest": str(published.manifest_path)}
+
+
+class PublishModelOperator(EttTrainerOperator):
+    """Load the final checkpoint on CPU and write a versioned model artifact."""
+
+    ett_role = "publish"
+    ui_color = "#efe3fa"
+
+    def __init__(self, *, queue: str = "cpu", **kwargs: Any) -> None:
+        super().__init__(queue=queue, **kwargs)
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        result = publish_job(self, context, self.log)
+        self.emitter(context).flush()
+        return result

@@ -1,0 +1,185 @@
+"""`TorchRecTrainOperator`: the GPU task of a lifecycle job.
+
+It starts the trainer as a child process (alone, or under torchrun), streams its log into
+the task log, and restarts it in place after a failure a restart can heal: no trip
+through the scheduler, no new placement, which is the cheapest recovery there is. Only
+when the in-place restarts are spent does the failure go to Airflow's retry (a new try,
+maybe on another worker), which restores from the same checkpoints. Each failure's cause
+comes from the exit code or signal (`airflow_ett.trainer.launcher.classify_exit`); a
+config the trainer refuses fails the task without retries.
+
+The operator also records what the trainer cannot: an attempt's start as the launcher
+sees it, the end of an attempt that was killed (a SIGKILLed process says nothing), and
+the moment the job releases its GPUs (`job_ended`), which is where E2E stops.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_ett.jobs import attempt_id_for
+from airflow_ett.operators.base import EttTrainerOperator
+from airflow_ett.operators.errors import (
+    TrainerConfigError,
+    TrainerPreempted,
+    default_retry_policy,
+    failure_for,
+)
+from airflow_ett.operators.job import JobConfigError
+from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, run_attempts
+
+ATTEMPTS_KEY = "ett_attempts_launched"
+
+
+def first_attempt_number(launched_before: int | None, try_number: int, restarts: int) -> int:
+    """The trainer's attempt number (1-based, over the whole job) for this try's first
+    launch. The task state store remembers how many ran before; without it, each earlier
+    try is assumed to have used all its launches (numbers stay unique, maybe not dense)."""
+    if launched_before is not None and launched_before >= 0:
+        return launched_before + 1
+    return (max(try_number, 1) - 1) * (restarts + 1) + 1
+
+
+class TorchRecTrainOperator(EttTrainerOperator):
+    """Train a TorchRec model: in-place restarts first, Airflow retries after.
+
+    :param restarts: in-place restarts of the trainer per Airflow try (0: none).
+    :param publish_in_task: publish the model inside this task, holding the GPUs (the
+        baseline; the lifecycle default publishes in a separate CPU task).
+    :param attempt_timeout_s: kill an attempt that runs longer than this (a backstop for
+        hangs the trainer's own watchdog missed); None: no limit.
+    """
+
+    ett_role = "train"
+    ui_color = "#d8e8fd"
+
+    def __init__(self, *, queue: str = "gpu", restarts: int = 1, publish_in_task: bool = False,
+                 attempt_timeout_s: float | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("retry_policy", default_retry_policy())
+        super().__init__(queue=queue, **kwargs)
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            raise JobConfigError(f"TorchRecTrainOperator: restarts = {restarts!r}: must be an "
+                                 "integer >= 0")
+        if attempt_timeout_s is not None and not attempt_timeout_s > 0:
+            raise JobConfigError(f"TorchRecTrainOperator: attempt_timeout_s = "
+                                 f"{attempt_timeout_s!r}: must be > 0 or None")
+        self.restarts = restarts
+        self.publish_in_task = publish_in_task
+        self.attempt_timeout_s = attempt_timeout_s
+        # Run state lives in execute (Airflow deep-copies operators; a lock cannot be).
+        self._proc: subprocess.Popen[str] | None = None
+        self._killed: threading.Event | None = None
+        self._grace_s = 30.0
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        ti = context["ti"]
+        self._killed = killed = threading.Event()
+        try:
+            paths, cfg = self.prepare(context)
+        except JobConfigError as exc:
+            raise TrainerConfigError(str(exc)) from None
+        self._grace_s = cfg.grace_s
+        job = self.job_id(context)
+        store = context.get("task_state_store")
+        try_number = int(ti.try_number)
+        first = first_attempt_number(self._launched_before(store), try_number, self.restarts)
+
+        def on_start(proc: subprocess.Popen[str], number: int, attempt: str) -> None:
+            self._proc = proc
+            self.emitter(context, attempt).attempt_started(ts=time.time())
+            self.log.info("attempt %s (job attempt #%d) started: pid %d", attempt, number,
+                          proc.pid)
+            if store is not None:
+                try:
+                    store.set(ATTEMPTS_KEY, number)
+                except Exception as exc:  # the count is an aid, not a requirement
+                    self.log.warning("cannot record the attempt count: %s", exc)
+
+        def report_killed(outcome: AttemptOutcome) -> None:
+            cls = outcome.exit_class
+            self.emitter(context, outcome.attempt_id).attempt_ended(
+                cls.status, cls.cause, exit_code=outcome.exit_code, message=cls.description,
+                detected_ts=outcome.ended, ts=outcome.ended)
+
+        result = run_attempts(
+            paths.config_file, job, max_attempts=self.restarts + 1, first_attempt=first,
+            nproc=self.nproc, attempt_id=lambda n: attempt_id_for(try_number, n - first + 1),
+            env=self.child_env(), cwd=paths.job_dir, report_unreported=report_killed,
+            on_start=on_start, on_output=self.log.info, timeout=self.attempt_timeout_s,
+            stop=killed,
+        )
+        self._proc = None
+        if not result.attempts:
+            raise TrainerPreempted("the task was stopped before the trainer started")
+        for outcome in result.attempts:
+            self.log.info("attempt %s: exit %d, %s (%.1f s)", outcome.attempt_id,
+                          outcome.exit_code, outcome.exit_class.description,
+                          outcome.ended - outcome.started)
+        if result.succeeded:
+            return self._succeeded(context, result)
+        self._failed(context, result, last_try=try_number > int(ti.max_tries))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launched_before(self, store: Any) -> int | None:
+        if store is None:
+            return None
+        try:
+            value = store.get(ATTEMPTS_KEY)
+        except Exception as exc:
+            self.log.warning("cannot read the attempt count: %s", exc)
+            return None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def _succeeded(self, context: Mapping[str, Any], result: LaunchResult) -> dict[str, Any]:
+        emitter = self.emitter(context)
+        published = None
+        if self.publish_in_task:
+            from airflow_ett.operators.publish import publish_job
+
+            with emitter.phase("publish_in_gpu"):
+                published = publish_job(self, context, log=self.log)
+        emitter.job_ended("success")
+        emitter.flush()
+        return {
+            "attempts": [o.attempt_id for o in result.attempts],
+            "exit_codes": [o.exit_code for o in result.attempts],
+            "published": published,
+        }
+
+    def _failed(self, context: Mapping[str, Any], result: LaunchResult, *,
+                last_try: bool) -> None:
+        last = result.last
+        cls = last.exit_class
+        message = (f"attempt {last.attempt_id} failed: {cls.description} (exit "
+                   f"{last.exit_code}, cause {cls.cause}) after {len(result.attempts)} "
+                   f"launch(es) in this try")
+        emitter = self.emitter(context)
+        if not cls.retryable or last_try:
+            emitter.job_ended("failed")
+        emitter.flush()
+        if not cls.retryable:
+            raise TrainerConfigError(message)
+        raise failure_for(cls.cause)(message, exit_code=last.exit_code)
+
+    def on_kill(self) -> None:
+        """Ask the trainer to checkpoint and leave (SIGTERM: it exits 75 after saving),
+        within its grace period; kill it after that."""
+        if self._killed is not None:
+            self._killed.set()  # no in-place restart after this
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        self.log.info("on_kill: SIGTERM to the trainer (pid %d), grace %.0f s", proc.pid,
+                      self._grace_s)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=self._grace_s + 5.0)
+        except subprocess.TimeoutExpired:
+            self.log.warning("on_kill: the trainer outlived its grace period: SIGKILL")
+            proc.kill()
+            proc.wait()

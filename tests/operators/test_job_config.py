@@ -1,0 +1,69 @@
+"""The lifecycle job's config and files (pure: no Airflow run, no torch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_ett.operators.job import (
+    JobConfigError,
+    apply_params,
+    check_trainer_config,
+    job_paths,
+    materialize,
+)
+
+from .conftest import TINY
+
+
+def test_job_paths_are_per_run_and_filesystem_safe(tmp_path: Path) -> None:
+    a = job_paths(tmp_path, "dag", "manual__2026-11-29T10:00:00+00:00")
+    b = job_paths(tmp_path, "dag", "manual__2026-11-29T10:00:00_00:00")
+    assert a.job_dir != b.job_dir  # ids that differ only in unsafe characters stay apart
+    assert ":" not in str(a.job_dir) and "+" not in str(a.job_dir)
+    assert a.checkpoint_dir.parent == a.job_dir
+    assert a.compile_cache_dir == b.compile_cache_dir == tmp_path / "compile_cache"
+
+
+def test_params_override_steps_and_faults() -> None:
+    base = {**TINY, "faults": [{"kind": "raise", "at_step": 3}]}
+    assert apply_params(base, {"steps": "12"})["steps"] == 12
+    assert apply_params(base, {"inject_fault": "none"})["faults"] == []
+    assert apply_params(base, {"inject_fault": "kill", "fault_at_step": 5})["faults"] == [
+        {"kind": "kill", "at_step": 5, "attempt": 1}]
+    assert apply_params(base, {"unrelated": 1}) == base
+
+
+@pytest.mark.parametrize(("params", "named"), [
+    ({"steps": 0}, "'steps' = 0"),
+    ({"steps": "many"}, "'steps' = 'many'"),
+    ({"inject_fault": "explode"}, "'inject_fault' = 'explode'"),
+    ({"inject_fault": "kill", "fault_at_step": -2}, "'fault_at_step' = -2"),
+    ({"inject_fault": "kill", "fault_attempt": True}, "'fault_attempt' = True"),
+])
+def test_bad_params_name_the_param_and_value(params: dict[str, object], named: str) -> None:
+    with pytest.raises(JobConfigError, match=named):
+        apply_params(TINY, params)
+
+
+def test_check_rejects_managed_paths_and_bad_trainer_fields() -> None:
+    with pytest.raises(JobConfigError, match="checkpoint_dir"):
+        check_trainer_config({**TINY, "checkpoint_dir": "/x"})
+    with pytest.raises(JobConfigError, match="checkpoint_interval = 'often'"):
+        check_trainer_config({**TINY, "checkpoint_interval": "often"})
+    with pytest.raises(JobConfigError, match="unknown field"):
+        check_trainer_config({**TINY, "stpes": 3})
+    assert check_trainer_config(TINY).steps == 30
+
+
+def test_materialize_writes_one_config_every_task_reads(tmp_path: Path) -> None:
+    paths = job_paths(tmp_path, "dag", "run")
+    cfg = materialize(TINY, {"steps": 9}, paths)
+    assert cfg.steps == 9 and cfg.checkpoint_dir == paths.checkpoint_dir
+    first = paths.config_file.read_bytes()
+    materialize(TINY, {"steps": 9}, paths)  # a second task writes the same bytes
+    assert paths.config_file.read_bytes() == first
+    assert json.loads(first)["compile_cache_dir"] == str(paths.compile_cache_dir)
+    assert [p.name for p in paths.job_dir.iterdir()] == ["trainer.json"]  # no temp files

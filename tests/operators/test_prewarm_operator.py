@@ -1,0 +1,52 @@
+"""`CompileCachePrewarmOperator.execute`: a miss compiles and saves, a hit only checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_ett.ett.events import PhaseEnded, PhaseStarted
+from airflow_ett.operators import CompileCachePrewarmOperator, JobConfigError
+
+from .conftest import TINY, context, store_events
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def test_a_miss_compiles_and_saves_then_a_hit_only_checks(
+        ett_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A host with no compile output of earlier processes: warmth can only come from the
+    # cache under test.
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (tmp_path / "tmp").mkdir()
+    op = CompileCachePrewarmOperator(task_id="prewarm",
+                                     trainer_config={**TINY, "compile": True})
+    first = op.execute(context("warm"))
+    assert (first["hit"], first["saved"], first["exit_code"]) == (False, True, 0)
+    cache_dir = ett_home / "ett_work" / "compile_cache"
+    assert any(cache_dir.iterdir())
+
+    capsys.readouterr()
+    second = op.execute(context("warm2"))
+    assert second == {"hit": True, "key": first["key"]}
+    said = capsys.readouterr().out  # the task log (structlog to stdout outside a runner)
+    assert "compile cache hit" in said and "nothing to compile" in said
+
+    # Each run is one job-level cache_prewarm phase (no trainer attempt is recorded).
+    for job in ("ett_test__warm", "ett_test__warm2"):
+        events = store_events(job)
+        assert [(type(e), e.phase, e.attempt) for e in events] == [
+            (PhaseStarted, "cache_prewarm", None), (PhaseEnded, "cache_prewarm", None)]
+
+
+def test_nothing_to_prewarm_when_compile_is_off(ett_home: Path) -> None:
+    op = CompileCachePrewarmOperator(task_id="prewarm", trainer_config=TINY)
+    assert op.execute(context("off")) == {"hit": None, "key": None}
+
+
+def test_a_bad_timeout_is_refused_at_parse_time() -> None:
+    with pytest.raises(JobConfigError, match="timeout_s = 0"):
+        CompileCachePrewarmOperator(task_id="p", trainer_config=TINY, timeout_s=0)

@@ -1,0 +1,145 @@
+"""`TorchRecTrainOperator.execute` with the real trainer as its child, no scheduler.
+
+Each test trains `dlrm_tiny` (compile off) for a few seconds per attempt and reads what
+the operator and the trainer recorded back from a real (SQLite) ETT store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, PhaseStarted
+from airflow_ett.operators import TorchRecTrainOperator
+from airflow_ett.operators.errors import (
+    TrainerApplicationError,
+    TrainerConfigError,
+    TrainerPreempted,
+)
+from airflow_ett.operators.train import ATTEMPTS_KEY, first_attempt_number
+from airflow_ett.trainer.checkpoint import read_marker
+
+from .conftest import TINY, DictStateStore, context, store_events, store_summary
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def operator(**changes: Any) -> TorchRecTrainOperator:
+    config = {**TINY, **changes.pop("config", {})}
+    return TorchRecTrainOperator(task_id="train", trainer_config=config, **changes)
+
+
+def test_first_attempt_number_continues_over_tries() -> None:
+    assert first_attempt_number(None, 1, 2) == 1
+    assert first_attempt_number(3, 2, 2) == 4  # the store knows 3 ran before
+    assert first_attempt_number(None, 3, 1) == 5  # without it: 2 launches per earlier try
+
+
+def test_a_killed_trainer_is_restarted_in_place_and_the_kill_is_recorded(
+        ett_home: Path) -> None:
+    op = operator(restarts=1, config={"faults": [{"kind": "kill", "at_step": 15,
+                                                   "attempt": 1}]})
+    store = DictStateStore()
+    result = op.execute(context("kill", store=store))
+    assert result["attempts"] == ["1.1", "1.2"]
+    assert result["exit_codes"] == [-9, 0]
+    assert store[ATTEMPTS_KEY] == 2
+
+    events = store_events("ett_test__kill")
+    ended = {e.attempt: e for e in events if isinstance(e, AttemptEnded)}
+    assert (ended["1.1"].cause, ended["1.1"].exit_code) == ("infra", -9)
+    assert ended["1.1"].message == "killed by SIGKILL"  # the operator's word: the child died
+    assert ended["1.2"].status == "success"
+    assert {e.attempt for e in events if isinstance(e, AttemptStarted)} == {"1.1", "1.2"}
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+    summary = store_summary("ett_test__kill")
+    assert summary["nof"]["infra"] == 1 and summary["nof"]["total"] == 1
+    assert summary["phases"].get("replay", 0) > 0  # steps 11-15 ran twice
+    assert sum(summary["components"].values()) == pytest.approx(summary["e2e_s"], abs=1e-5)
+
+
+def test_a_failure_goes_to_airflow_retry_and_the_retry_restores(ett_home: Path) -> None:
+    op = operator(restarts=0, config={"faults": [{"kind": "raise", "at_step": 15,
+                                                   "attempt": 1}]})
+    store = DictStateStore()
+    with pytest.raises(TrainerApplicationError) as err:
+        op.execute(context("retry", try_number=1, max_tries=1, store=store))
+    assert err.value.exit_code == 1
+    assert not [e for e in store_events("ett_test__retry") if isinstance(e, JobEnded)]
+
+    result = op.execute(context("retry", try_number=2, max_tries=1, store=store))
+    assert result["attempts"] == ["2.1"] and store[ATTEMPTS_KEY] == 2
+    events = store_events("ett_test__retry")
+    restores = [e for e in events if isinstance(e, PhaseStarted)
+                and e.phase == "checkpoint_restore" and e.attempt == "2.1"]
+    assert restores, "the retry did not restore"
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+    assert store_summary("ett_test__retry")["nof"]["application"] == 1
+
+
+def test_the_last_try_failing_ends_the_job(ett_home: Path) -> None:
+    op = operator(restarts=1, config={"faults": [{"kind": "raise", "at_step": 5}]})
+    with pytest.raises(TrainerApplicationError, match="after 2 launch"):
+        op.execute(context("last", try_number=1, max_tries=0))
+    assert [e.status for e in store_events("ett_test__last")
+            if isinstance(e, JobEnded)] == ["failed"]
+
+
+def test_bad_trigger_params_fail_fast_without_starting_the_trainer(ett_home: Path) -> None:
+    op = operator()
+    with pytest.raises(TrainerConfigError, match="'inject_fault' = 'explode'"):
+        op.execute(context("params", params={"inject_fault": "explode"}))
+    assert not (ett_home / "ett_work" / "jobs").exists() or not list(
+        (ett_home / "ett_work").rglob("checkpoints"))
+
+
+def test_a_trainer_that_cannot_start_fails_without_retries(
+        ett_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker where torchrec cannot be imported: the trainer exits 78 (bad setup), which
+    # no retry can heal, so the task must fail at once instead of burning its retries.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "torchrec.py").write_text("raise ImportError('torchrec is broken here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    with pytest.raises(TrainerConfigError, match="exit 78"):
+        operator(restarts=2).execute(context("setup", max_tries=3))
+    events = store_events("ett_test__setup")
+    assert len([e for e in events if isinstance(e, AttemptStarted)]) == 1  # no restart
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["failed"]
+
+
+def test_on_kill_asks_the_trainer_to_checkpoint_and_leave(ett_home: Path) -> None:
+    op = operator(restarts=3, config={"steps": 5000, "step_sleep_s": 0.01,
+                                      "checkpoint_interval": 1000})
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = op.execute(context("kill_task"))
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not any(isinstance(e, AttemptStarted) and e.host
+                  for e in store_events("ett_test__kill_task")):
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.5)
+    time.sleep(3.0)  # let it train some steps past the restore point
+    op.on_kill()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), TrainerPreempted), outcome
+    assert outcome["error"].exit_code == 75
+    events = store_events("ett_test__kill_task")
+    assert {e.attempt for e in events if isinstance(e, AttemptStarted)} == {"1.1"}  # no restart
+    ended = [e for e in events if isinstance(e, AttemptEnded)]
+    assert [(e.status, e.cause) for e in ended] == [("failed", "preemption")]
+    checkpoints = list((ett_home / "ett_work" / "jobs").rglob("step-*"))
+    assert checkpoints, "SIGTERM did not leave a checkpoint"
+    assert max(read_marker(p)["step"] for p in checkpoints) > 0

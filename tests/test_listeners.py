@@ -1,0 +1,213 @@
+"""The listener's hooks called directly, as Airflow's listener managers call them.
+
+Hand-built objects carry the attributes Airflow 3.3 passes (a DAG run in the scheduler, a
+`RuntimeTaskInstance` on the worker, an ORM task instance in the API server); events go
+to a real SQLite store through a real emitter. The last tests make the store unreachable
+and a hook body raise: nothing reaches Airflow and nothing recorded is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_ett.emit import Emitter, replay_spool
+from airflow_ett.ett.events import JobEnded, JobSubmitted, PhaseEnded, TaskStateChanged
+from airflow_ett.listeners import EttListener
+from airflow_ett.settings import EttSettings
+from airflow_ett.store import EttStore, upgrade
+
+QUEUED = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+TAGS = ["ett", "ett:tenant=ads", "ett:model=dlrm_small"]
+
+
+class RuntimeTaskInstance(SimpleNamespace):
+    """Named like the Task SDK's class: that is how the listener knows it is on a worker."""
+
+
+def dag_run(tags: list[str] | None = TAGS, **changes: Any) -> SimpleNamespace:
+    fields: dict[str, Any] = dict(
+        dag_id="ranking", run_id="manual__1", queued_at=QUEUED, start_date=QUEUED,
+        end_date=QUEUED + timedelta(minutes=5), conf={"steps": 10}, run_type="manual",
+        dag=SimpleNamespace(tags=set(tags)) if tags is not None else None)
+    fields.update(changes)
+    return SimpleNamespace(**fields)
+
+
+def worker_ti(state: str = "running", tags: list[str] = TAGS, **changes: Any
+              ) -> RuntimeTaskInstance:
+    task = SimpleNamespace(dag=SimpleNamespace(tags=set(tags)), retry_delay=timedelta(seconds=30),
+                           retry_exponential_backoff=False)
+    fields: dict[str, Any] = dict(dag_id="ranking", run_id="manual__1", task_id="train",
+                                  try_number=1, map_index=-1, state=state, task=task,
+                                  start_date=QUEUED + timedelta(seconds=10))
+    fields.update(changes)
+    return RuntimeTaskInstance(**fields)
+
+
+def api_ti(state: str) -> SimpleNamespace:
+    """An ORM task instance in the API server: no task, so no tags to see."""
+    return SimpleNamespace(dag_id="ranking", run_id="manual__1", task_id="train",
+                           try_number=2, map_index=-1, state=state)
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/ett.db"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def listener(url: str, tmp_path: Path) -> Iterator[EttListener]:
+    emitter = Emitter(sink=url, spool_dir=tmp_path / "spool", emit_timeout=5.0, linger=0.01)
+    settings = EttSettings(store_url=url, disabled=False, spool_dir=tmp_path / "spool",
+                           emit_timeout=5.0, work_dir=tmp_path / "work")
+    yield EttListener(emitter=lambda: emitter, settings=lambda: settings)
+    emitter.close()
+
+
+def events(listener: EttListener, url: str, job: str = "ranking__manual__1") -> list[Any]:
+    assert listener.flush(10.0)
+    with EttStore(url) as store:
+        return store.job_events(job)
+
+
+def test_dag_run_running_submits_the_job_at_queued_at(listener: EttListener, url: str) -> None:
+    listener.on_dag_run_running(dag_run(), "running")
+    (submitted,) = events(listener, url)
+    assert isinstance(submitted, JobSubmitted)
+    assert submitted.ts == QUEUED.timestamp()
+    assert (submitted.tenant, submitted.model) == ("ads", "dlrm_small")
+    assert (submitted.dag_id, submitted.run_id) == ("ranking", "manual__1")
+    assert submitted.attrs == {"run_type": "manual", "conf": {"steps": 10}}
+
+
+def test_dags_without_the_ett_tag_are_not_recorded(listener: EttListener, url: str) -> None:
+    listener.on_dag_run_running(dag_run(tags=["etl"]), "running")
+    listener.on_task_instance_running(None, worker_ti(tags=["etl"]))
+    listener.on_dag_run_failed(dag_run(tags=["etl"]), "failed")
+    assert events(listener, url) == []
+
+
+def test_worker_task_tries_are_recorded_with_a_retry_delay(
+        listener: EttListener, url: str) -> None:
+    listener.on_task_instance_running(None, worker_ti("running"))
+    listener.on_task_instance_failed("running", worker_ti("up_for_retry"), RuntimeError("boom"))
+    listener.on_task_instance_running(None, worker_ti("running", try_number=2))
+    listener.on_task_instance_success("running", worker_ti("success", try_number=2))
+    got = events(listener, url)
+    states = [(e.try_number, e.state, e.source) for e in got if isinstance(e, TaskStateChanged)]
+    assert sorted(states) == [(1, "running", "worker"), (1, "up_for_retry", "worker"),
+                              (2, "running", "worker"), (2, "success", "worker")]
+    retry = next(e for e in got if isinstance(e, TaskStateChanged) and e.state == "up_for_retry")
+    assert retry.message == "boom"
+    (delay_end,) = [e for e in got if isinstance(e, PhaseEnded)]
+    assert delay_end.phase == "retry_delay" and delay_end.ts == pytest.approx(retry.ts + 30.0)
+
+
+def test_api_state_changes_are_recorded_for_known_jobs_only(
+        listener: EttListener, url: str) -> None:
+    listener.on_task_instance_failed(None, api_ti("failed"), "set by hand")
+    assert events(listener, url) == []  # the store knows no such job yet
+    listener.on_dag_run_running(dag_run(), "running")
+    listener.flush(10.0)
+    listener.on_task_instance_failed(None, api_ti("failed"), "set by hand")
+    (state,) = [e for e in events(listener, url) if isinstance(e, TaskStateChanged)]
+    assert (state.source, state.state, state.try_number) == ("api", "failed", 2)
+
+
+def test_dag_run_end_is_a_fallback_for_jobs_the_train_task_did_not_end(
+        listener: EttListener, url: str, tmp_path: Path) -> None:
+    listener.on_dag_run_running(dag_run(), "running")
+    listener.flush(10.0)
+    listener.on_dag_run_failed(dag_run(), "failed")
+    ended = [e for e in events(listener, url) if isinstance(e, JobEnded)]
+    assert [(e.status, e.ts) for e in ended] == [
+        ("failed", (QUEUED + timedelta(minutes=5)).timestamp())]
+
+    # A job whose train task already ended keeps that end (the GPUs were released then).
+    run2 = dag_run(run_id="manual__2")
+    listener.on_dag_run_running(run2, "running")
+    with Emitter("ranking__manual__2", sink=url, spool_dir=tmp_path / "s2") as train_task:
+        train_task.job_ended("success", ts=QUEUED.timestamp() + 60)
+    listener.on_dag_run_success(run2, "success")
+    ended = [e for e in events(listener, url, "ranking__manual__2") if isinstance(e, JobEnded)]
+    assert [e.ts for e in ended] == [QUEUED.timestamp() + 60]
+
+
+def test_disabled_records_nothing_and_registers_no_listener(
+        url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = EttSettings(store_url=url, disabled=True, spool_dir=tmp_path / "spool",
+                           emit_timeout=1.0, work_dir=tmp_path)
+    emitter = Emitter(sink=url, spool_dir=tmp_path / "spool")
+    off = EttListener(emitter=lambda: emitter, settings=lambda: settings)
+    off.on_dag_run_running(dag_run(), "running")
+    off.on_task_instance_running(None, worker_ti())
+    assert events(off, url) == []
+    emitter.close()
+
+    import airflow_ett.plugin as plugin
+
+    monkeypatch.setenv("AIRFLOW__ETT__DISABLED", "True")
+    assert plugin._listeners() == []
+    monkeypatch.setenv("AIRFLOW__ETT__DISABLED", "False")
+    assert [type(x).__name__ for x in plugin._listeners()] == ["EttListener"]
+
+
+def test_hooks_are_registered_under_airflows_hook_names(listener: EttListener, url: str) -> None:
+    from airflow.listeners.listener import ListenerManager
+    from airflow.listeners.spec import dagrun
+    from airflow.sdk._shared.listeners.spec import lifecycle, taskinstance
+
+    manager = ListenerManager()
+    for spec in (lifecycle, dagrun, taskinstance):
+        manager.add_hookspecs(spec)
+    manager.add_listener(listener)
+    manager.hook.on_dag_run_running(dag_run=dag_run(), msg="running")
+    manager.hook.on_task_instance_running(previous_state=None, task_instance=worker_ti())
+    manager.hook.before_stopping(component=None)
+    assert {type(e).__name__ for e in events(listener, url)} == {"JobSubmitted",
+                                                                  "TaskStateChanged"}
+
+
+def test_a_raising_hook_and_an_unreachable_store_never_reach_airflow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import airflow_ett.listeners as listeners
+
+    dead = f"sqlite:///{tmp_path}/missing-dir/ett.db"  # a directory that does not exist
+    spool = tmp_path / "spool"
+    emitter = Emitter(sink=dead, spool_dir=spool, emit_timeout=1.0, linger=0.01)
+    settings = EttSettings(store_url=dead, disabled=False, spool_dir=spool, emit_timeout=1.0,
+                           work_dir=tmp_path)
+    hooks = EttListener(emitter=lambda: emitter, settings=lambda: settings)
+
+    hooks.on_dag_run_running(dag_run(), "running")
+    hooks.on_task_instance_running(None, worker_ti())
+    hooks.on_dag_run_success(dag_run(), "success")  # its store check fails in the background
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in a hook")
+
+    monkeypatch.setattr(listeners, "_task_try", broken)
+    with caplog.at_level(logging.WARNING, logger="airflow_ett.listeners"):
+        hooks.on_task_instance_success("running", worker_ti("success"))  # must not raise
+    assert "a bug in a hook" in caplog.text
+    hooks.before_stopping(component=None)
+    emitter.close()
+
+    # What was recorded waits in the spool and reaches the store once it is back.
+    good = f"sqlite:///{tmp_path}/ett.db"
+    upgrade(good)
+    result = replay_spool(good, spool)
+    assert result.replayed == 2 and not result.errors
+    with EttStore(good) as store:
+        got = store.job_events("ranking__manual__1")
+    assert sorted(type(e).__name__ for e in got) == ["JobSubmitted", "TaskStateChanged"]
