@@ -6,6 +6,7 @@ codes, restarts) and the ETT model; an operator wires Airflow's context to them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,17 @@ class EttTrainerOperator(BaseOperator):
         base = get_emitter() if self.record else Emitter(disabled=True)
         return base.bind(self.job_id(context), attempt)
 
-    def child_env(self) -> dict[str, str]:
-        """The trainer inherits the task's environment ([ett] settings included)."""
-        return {} if self.record else {"AIRFLOW__ETT__DISABLED": "True"}
+    def child_env(self, paths: JobPaths | None = None) -> dict[str, str]:
+        """What the trainer gets on top of the task's environment ([ett] included).
+
+        Inductor's local cache goes in the job's directory (unless the worker sets
+        `TORCHINDUCTOR_CACHE_DIR` itself): a job's in-place restarts and retries on the
+        same worker share it, but another job on this worker does not, as on a fleet where
+        each job lands on its own hosts. Compiles are then shared across jobs only
+        through the compile cache (which points inductor at its own directory), so a job
+        with the cache off really starts cold and the comparison with it is honest.
+        """
+        env = {} if self.record else {"AIRFLOW__ETT__DISABLED": "True"}
+        if paths is not None and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(paths.job_dir / "inductor")
+        return env

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
-from airflow_ett.operators.job import JobConfigError
+from airflow_ett.operators.job import JobConfigError, JobPaths
 from airflow_ett.trainer.faults import EXIT_BAD_CONFIG, EXIT_OK
 
 
@@ -64,7 +64,7 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
                 return {"hit": True, "key": key}
             self.log.info("compile cache miss for %s (key %s): compiling on the fast batch",
                           cfg.model.name, key)
-            code = self._compile(paths.config_file, self.job_id(context))
+            code = self._compile(paths, self.job_id(context))
         finally:
             emitter.phase_end("cache_prewarm", span)
             emitter.flush()
@@ -80,14 +80,14 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
                              "task will compile cold", code)
         return {"hit": False, "key": key, "saved": saved, "exit_code": code}
 
-    def _compile(self, config_file: Any, job: str) -> int:
+    def _compile(self, paths: JobPaths, job: str) -> int:
         from airflow_ett.trainer.launcher import run_attempts
 
         # The trainer reports nothing here: the operator's job-level `cache_prewarm`
         # phase is the record (a trainer "attempt" would count as a job attempt).
         result = run_attempts(
-            config_file, job, max_attempts=1, attempt_id=lambda _n: "prewarm",
-            env={**self.child_env(), "AIRFLOW__ETT__DISABLED": "True"},
+            paths.config_file, job, max_attempts=1, attempt_id=lambda _n: "prewarm",
+            env={**self.child_env(paths), "AIRFLOW__ETT__DISABLED": "True"},
             extra_args=["--prewarm", "--prewarm-world-size", str(self.nproc)],
             on_output=self.log.info, timeout=self.timeout_s,
         )

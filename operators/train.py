@@ -109,7 +109,7 @@ class TorchRecTrainOperator(EttTrainerOperator):
         result = run_attempts(
             paths.config_file, job, max_attempts=self.restarts + 1, first_attempt=first,
             nproc=self.nproc, attempt_id=lambda n: attempt_id_for(try_number, n - first + 1),
-            env=self.child_env(), cwd=paths.job_dir, report_unreported=report_killed,
+            env=self.child_env(paths), cwd=paths.job_dir, report_unreported=report_killed,
             on_start=on_start, on_output=self.log.info, timeout=self.attempt_timeout_s,
             stop=killed,
         )
