@@ -3,12 +3,13 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test demo lint constraints
+.PHONY: help setup test demo ui lint constraints
 
 help:
 	@echo "make setup        create/refresh .venv from constraints.txt (idempotent)"
 	@echo "make test         setup, then ruff, mypy and every pytest tier (what CI runs)"
-	@echo "make demo         setup, then ETT% of the bundled example job"
+	@echo "make demo         setup, then run the demo lifecycle DAG on an embedded Airflow and print its ETT%"
+	@echo "make ui           setup, then start the embedded Airflow UI with the plugin (Ctrl-C stops it)"
 	@echo "make lint         setup, then ruff check and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml into constraints.txt"
 
@@ -20,6 +21,9 @@ test: setup
 
 demo: setup
 	@bash scripts/demo.sh
+
+ui: setup
+	@bash scripts/ui.sh
 
 lint: setup
 	.venv/bin/ruff check .
