@@ -302,7 +302,8 @@ class EttListener:
             emitter.task_state(t.dag_id, t.task_id, t.state, try_number=t.try_number,
                                map_index=t.map_index, source=t.source,  # type: ignore[arg-type]
                                message=t.message, ts=now)
-            if t.state == "up_for_retry" and t.retry_delay_s and t.source == "worker":
+            # The worker reports its own retry; the scheduler, one it killed from outside.
+            if t.state == "up_for_retry" and t.retry_delay_s and t.source != "api":
                 span = emitter.phase_start("retry_delay", ts=now)
                 emitter.phase_end("retry_delay", span, ts=now + t.retry_delay_s)
 

@@ -112,6 +112,17 @@ def test_worker_task_tries_are_recorded_with_a_retry_delay(
     assert delay_end.phase == "retry_delay" and delay_end.ts == pytest.approx(retry.ts + 30.0)
 
 
+def test_a_task_killed_from_outside_is_recorded_from_the_scheduler(
+        listener: EttListener, url: str) -> None:
+    # The scheduler's `handle_failure` passes an ORM task instance with its task attached.
+    ti = SimpleNamespace(**{**vars(worker_ti("up_for_retry")), "try_number": 3})
+    listener.on_task_instance_failed("running", ti, "Executor reported the task as failed")
+    got = events(listener, url)
+    (state,) = [e for e in got if isinstance(e, TaskStateChanged)]
+    assert (state.source, state.state, state.try_number) == ("scheduler", "up_for_retry", 3)
+    assert [e.phase for e in got if isinstance(e, PhaseEnded)] == ["retry_delay"]
+
+
 def test_api_state_changes_are_recorded_for_known_jobs_only(
         listener: EttListener, url: str) -> None:
     listener.on_task_instance_failed(None, api_ti("failed"), "set by hand")

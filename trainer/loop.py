@@ -580,8 +580,10 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
     env = DistEnv.from_environment()
     sink = JsonlSink(cfg.events_file) if cfg.events_file is not None else None
     # Only rank 0 reports; on rank 0 `[ett] disabled` decides (None: read the setting).
+    # The host's spool holds other jobs' events, meant for the store: an attempt writing
+    # to its own events file must not replay them into it.
     emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink,
-                      disabled=None if env.is_reporter else True)
+                      disabled=None if env.is_reporter else True, replay_on_start=sink is None)
     if prewarm:
         return _prewarm(cfg, ident, env, emitter, prewarm_world_size)
     trainer = Trainer(cfg, ident, env, emitter, process_start)

@@ -143,3 +143,22 @@ def test_on_kill_asks_the_trainer_to_checkpoint_and_leave(ett_home: Path) -> Non
     checkpoints = list((ett_home / "ett_work" / "jobs").rglob("step-*"))
     assert checkpoints, "SIGTERM did not leave a checkpoint"
     assert max(read_marker(p)["step"] for p in checkpoints) > 0
+
+
+@pytest.mark.parametrize(("code", "raised"), [
+    (75, "TrainerPreempted"), (-9, "TrainerInfraFailure"), (1, "TrainerApplicationError"),
+    (-15, "TrainerPreempted"), (3, "TrainerFailed"), (78, "TrainerConfigError"),
+])
+def test_each_exit_code_becomes_the_failure_airflow_retries_or_not(
+        code: int, raised: str, ett_home: Path) -> None:
+    from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, classify_exit
+
+    op = operator()
+    result = LaunchResult([AttemptOutcome(1, "1.1", code, classify_exit(code), 0.0, 1.0)])
+    with pytest.raises(Exception) as err:
+        op._failed(context("codes", max_tries=3), result, last_try=False)
+    assert type(err.value).__name__ == raised
+    retried_by_airflow = raised != "TrainerConfigError"
+    from airflow.sdk.exceptions import AirflowFailException
+
+    assert isinstance(err.value, AirflowFailException) is not retried_by_airflow

@@ -367,7 +367,9 @@ def test_a_two_rank_sharded_checkpoint_publishes_its_whole_tables(tmp_path: Path
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     config = tmp_path / "job.json"
-    config.write_text(json.dumps({**JOB, "checkpoint_dir": "ckpt"}))
+    # events to a file of its own: nothing reaches the session's store or spool
+    config.write_text(json.dumps({**JOB, "checkpoint_dir": "ckpt",
+                                  "events_file": "events.jsonl"}))
     done = subprocess.run(
         [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node",
          "2", "-m", "airflow_ett.trainer", "--config", str(config), "--job-id", "pub2"],

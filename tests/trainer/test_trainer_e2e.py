@@ -249,3 +249,21 @@ def test_hang_stops_progress_until_killed_and_auto_interval_is_chosen(tmp_path: 
     assert max(steps) == 8
     d = attribute_job(events, now=time.time()).to_dict()
     assert d["attempts"][0]["status"] == "running"  # nobody told it ended: still going
+
+
+def test_an_attempt_with_its_own_events_file_leaves_the_hosts_spool_alone(
+        tmp_path: Path) -> None:
+    # Another job's event waits in the host's spool (its store was down). An attempt
+    # writing to an events file must not replay it there: the file is one job's record.
+    spool = tmp_path / "spool"
+    with Emitter("other-job", "1", sink=f"sqlite:///{tmp_path}/no/such/dir.db",
+                 spool_dir=spool, emit_timeout=1.0) as other:
+        other.job_submitted(tenant="t")
+    spooled = sorted(p.name for p in spool.iterdir())
+    assert spooled
+    config = write_config(tmp_path / "job" / "job.json", steps=4)
+    done = run_attempt(config, "mine", 1, env={"AIRFLOW__ETT__SPOOL_DIR": str(spool)})
+    assert done.returncode == EXIT_OK, done.stderr[-3000:]
+    jobs = {e.job for e in read_events(str(tmp_path / "job" / "events.jsonl")).events}
+    assert jobs == {"mine"}
+    assert sorted(p.name for p in spool.iterdir()) == spooled

@@ -1,0 +1,1 @@
+"""Example data and the demo job definition (shipped with the package)."""
