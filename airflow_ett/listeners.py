@@ -31,12 +31,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec
 
 from pluggy import HookimplMarker
 
 from airflow_ett.emit import Emitter, get_emitter
 from airflow_ett.emit._log import RateLimitedLog
+from airflow_ett.ett.events import JobStatus, TaskSource
 from airflow_ett.jobs import DagRecording, job_id_for, recording_of
 from airflow_ett.settings import EttSettings
 
@@ -46,9 +47,7 @@ log = logging.getLogger("airflow_ett.listeners")
 _rate_limited = RateLimitedLog(log)
 
 P = ParamSpec("P")
-R = TypeVar("R")
 
-TERMINAL_RUN_STATES: Final = {"success": "success", "failed": "failed"}
 _BACKGROUND_QUEUE: Final = 1024
 
 
@@ -85,7 +84,7 @@ class TaskTry:
     try_number: int
     map_index: int
     state: str
-    source: str
+    source: TaskSource
     recording: DagRecording | None  # None: the tags cannot be seen from this process
     retry_delay_s: float | None
     message: str | None
@@ -95,7 +94,7 @@ class TaskTry:
         return job_id_for(self.dag_id, self.run_id)
 
 
-def _source(previous_state: Any, task_instance: Any) -> str:
+def _source(previous_state: Any, task_instance: Any) -> TaskSource:
     if type(task_instance).__name__ == "RuntimeTaskInstance":
         return "worker"
     return "api" if previous_state is None else "scheduler"
@@ -108,11 +107,11 @@ def _task_try(previous_state: Any, ti: Any, state: str | None = None,
     tags = getattr(dag, "tags", None)
     delay = getattr(task, "retry_delay", None)
     backoff = bool(getattr(task, "retry_exponential_backoff", False))
+    map_index = getattr(ti, "map_index", None)
     return TaskTry(
         dag_id=str(ti.dag_id), run_id=str(ti.run_id), task_id=str(ti.task_id),
         try_number=int(getattr(ti, "try_number", 0) or 0),
-        map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None)
-                      is not None else -1),
+        map_index=-1 if map_index is None else int(map_index),
         state=state or _state_name(getattr(ti, "state", None)),
         source=_source(previous_state, ti),
         recording=recording_of(tags) if tags is not None else None,
@@ -248,7 +247,7 @@ class EttListener:
     def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
         self._dag_run_ended(dag_run, "failed")
 
-    def _dag_run_ended(self, dag_run: Any, status: str) -> None:
+    def _dag_run_ended(self, dag_run: Any, status: JobStatus) -> None:
         if not self._enabled():
             return
         dag = getattr(dag_run, "dag", None)
@@ -257,13 +256,12 @@ class EttListener:
             return
         job = job_id_for(str(dag_run.dag_id), str(dag_run.run_id))
         ended = _ts(getattr(dag_run, "end_date", None)) or time.time()
-        job_status = "success" if status == "success" else "failed"
 
         def fallback_end() -> None:
             row = self._job_known(job)
             if row is None or row.ended_ts is not None:
                 return  # not an ETT job, or its train task already said when it ended
-            self._emitter().bind(job).job_ended(job_status, ts=ended)  # type: ignore[arg-type]
+            self._emitter().bind(job).job_ended(status, ts=ended)
 
         self._background.submit(fallback_end)
 
@@ -300,8 +298,8 @@ class EttListener:
         def record() -> None:
             emitter = self._emitter().bind(t.job)
             emitter.task_state(t.dag_id, t.task_id, t.state, try_number=t.try_number,
-                               map_index=t.map_index, source=t.source,  # type: ignore[arg-type]
-                               message=t.message, ts=now)
+                               map_index=t.map_index, source=t.source, message=t.message,
+                               ts=now)
             # The worker reports its own retry; the scheduler, one it killed from outside.
             if t.state == "up_for_retry" and t.retry_delay_s and t.source != "api":
                 span = emitter.phase_start("retry_delay", ts=now)
