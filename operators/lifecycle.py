@@ -124,7 +124,8 @@ def training_job(
     :param faults: injected failures, `[{kind: raise|kill|hang, at_step, attempt}]`
         (the trigger form's `inject_fault` overrides them per run).
     :param trainer_options: any other trainer config field (batch_size, seed,
-        step_sleep_s, data_startup_latency_s, num_workers, grace_s, keep_last, ...).
+        step_sleep_s, data_startup_latency_s, num_workers, grace_s, keep_last,
+        hang_timeout_s (a watchdog: no step for that long -> restart), ...).
     :param queues: per role (`prewarm`, `train`, `publish`); default cpu / gpu / cpu.
     :param pools: per role; default Airflow's default pool.
     :param work_dir: job files, compile cache and models; default `[ett] work_dir`.

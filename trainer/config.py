@@ -63,6 +63,7 @@ class TrainerConfig:
     grace_s: float = 30.0
     log_every_s: float = 5.0
     step_sleep_s: float = 0.0  # pad each step (demos of long jobs on a fast CPU model)
+    hang_timeout_s: float | None = None  # no step for this long: exit 70 (see watchdog.py)
     events_file: Path | None = None  # write events here instead of the ETT store
     faults: tuple[FaultSpec, ...] = ()
     optimizations: Optimizations = field(default_factory=Optimizations)
@@ -190,6 +191,8 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         grace_s=number("grace_s", 30.0, strict=True),
         log_every_s=number("log_every_s", 5.0, strict=True),
         step_sleep_s=number("step_sleep_s", 0.0),
+        hang_timeout_s=(None if data.get("hang_timeout_s") is None
+                        else number("hang_timeout_s", 0.0, strict=True)),
         events_file=path("events_file"),
         faults=_faults(data.get("faults", [])),
         optimizations=Optimizations(**opts_raw),

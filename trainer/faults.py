@@ -22,6 +22,7 @@ log = logging.getLogger("airflow_ett.trainer")
 
 EXIT_OK = 0
 EXIT_APPLICATION = 1  # the training code raised: a restart may or may not help
+EXIT_HUNG = 70  # EX_SOFTWARE: no progress for hang_timeout_s; the watchdog ended it
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: asked to leave (SIGTERM), checkpointed: resume for free
 EXIT_BAD_CONFIG = 78  # EX_CONFIG: will not heal by retrying: fail fast
 

@@ -25,6 +25,7 @@ from typing import IO, Literal
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
+    EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
 )
@@ -53,6 +54,9 @@ def classify_exit(code: int) -> ExitClass:
                          "bad configuration: a retry cannot help")
     if code == EXIT_APPLICATION:
         return ExitClass("failed", "application", True, True, "the training code raised")
+    if code == EXIT_HUNG:
+        return ExitClass("failed", "infra", True, True,
+                         "hung: no progress within hang_timeout_s, its watchdog ended it")
     signum = -code if code < 0 else code - 128 if code > 128 else None
     if signum in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
         name = signal.Signals(signum).name

@@ -33,6 +33,7 @@ from airflow_ett.ett.checkpoint_math import auto_interval
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
+    EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
     FaultInjector,
@@ -40,6 +41,7 @@ from airflow_ett.trainer.faults import (
 )
 from airflow_ett.trainer.model import build_dlrm, compile_dense, dense_modules
 from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
+from airflow_ett.trainer.watchdog import HangWatchdog
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -391,12 +393,40 @@ class Trainer:
             cfg.faults, self.ident.attempt_number, before_kill=lambda: em.flush(1.0)
         )
         progress = Progress(em)
-        last_save_step, last_save_time = self.step, time.time()
-        last_log = time.time()
-        window_t0, window_steps = time.time(), 0
         if cfg.checkpoint_interval == "auto":
             self.interval_s = self._auto_interval(csbt_s=None)
         first_step = self.step
+        watchdog = self._watchdog()
+        try:
+            return self._loop(batches, faults, progress, watchdog, first_step)
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+
+    def _watchdog(self) -> HangWatchdog | None:
+        timeout = self.cfg.hang_timeout_s
+        if timeout is None:
+            return None
+        em = self.emitter
+
+        def hung(last_beat: float, now: float) -> None:
+            log.error("hang: no step finished for %.1f s (since step %d): leaving with exit "
+                      "code %d so the launcher restarts the attempt", now - last_beat,
+                      self.step, EXIT_HUNG)
+            em.attempt_ended("failed", cause="infra", detected_ts=now, exit_code=EXIT_HUNG,
+                             message=f"hung: no step finished for {timeout:g} s after step "
+                                     f"{self.step}")
+            em.flush(min(2.0, timeout))
+            os._exit(EXIT_HUNG)  # the main thread is stuck: no orderly way out
+
+        return HangWatchdog(timeout, hung)
+
+    def _loop(self, batches: Iterator[Any], faults: FaultInjector, progress: Progress,
+              watchdog: HangWatchdog | None, first_step: int) -> int:
+        cfg = self.cfg
+        last_save_step, last_save_time = self.step, time.time()
+        last_log = time.time()
+        window_t0, window_steps = time.time(), 0
         while self.step < cfg.steps:
             batch = next(batches).to(self.env.device)
             t0 = time.time()
@@ -424,10 +454,14 @@ class Trainer:
             if self.preemption.requested:
                 progress.flush(t1)
                 return self._leave_preempted()
+            if watchdog is not None:
+                watchdog.beat()
             if self.step < cfg.steps and self._due(last_save_step, last_save_time, t1):
                 progress.flush(t1)
                 result = self.save()
                 last_save_step, last_save_time = self.step, time.time()
+                if watchdog is not None:
+                    watchdog.beat()
                 if cfg.checkpoint_interval == "auto" and result.blocking_s:
                     self.interval_s = self._auto_interval(csbt_s=result.blocking_s)
             if t1 - last_log >= cfg.log_every_s or self.step == cfg.steps:

@@ -22,9 +22,10 @@ DEMO_JOB: Final[dict[str, Any]] = {
     "retry_delay": timedelta(seconds=5),
     "restarts": 1,
     # 20 ms per step stands in for a bigger model's step time on this CPU model;
-    # the data pipeline takes 2 s to start, as a remote one would.
+    # the data pipeline takes 2 s to start, as a remote one would; a step that has not
+    # finished after a minute is a hang (the watchdog restarts the attempt).
     "trainer_options": {"batch_size": 256, "step_sleep_s": 0.02,
-                        "data_startup_latency_s": 2.0},
+                        "data_startup_latency_s": 2.0, "hang_timeout_s": 60.0},
 }
 
 ALL_OFF: Final[dict[str, bool]] = {

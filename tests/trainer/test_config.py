@@ -54,6 +54,8 @@ def test_json_with_an_inline_model_and_interval_in_seconds(tmp_path: Path) -> No
         ({"optimizations": {"fast_batch": "yes"}}, "optimizations.fast_batch = 'yes'"),
         ({"optimizations": {"turbo": True}}, "optimizations.turbo = True: unknown"),
         ({"stepz": 3}, "unknown field(s) ['stepz']"),
+        ({"hang_timeout_s": 0}, "hang_timeout_s = 0: must be > 0"),
+        ({"hang_timeout_s": "1m"}, "hang_timeout_s = '1m': must be a number"),
     ],
 )
 def test_bad_values_are_named(changes: dict[str, object], message: str) -> None:

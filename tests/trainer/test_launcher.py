@@ -16,6 +16,7 @@ from airflow_ett.trainer.launcher import classify_exit, run_attempts, trainer_co
         (1, "failed", "application", True, True),
         (75, "failed", "preemption", True, True),
         (78, "failed", "application", False, True),
+        (70, "failed", "infra", True, True),  # hung: its watchdog reported and left
         (-signal.SIGKILL, "failed", "infra", True, False),
         (128 + signal.SIGKILL, "failed", "infra", True, False),
         (-signal.SIGSEGV, "failed", "infra", True, False),

@@ -21,7 +21,7 @@ from airflow_ett.emit import Emitter, JsonlSink
 from airflow_ett.ett.attribution import attribute_job
 from airflow_ett.ett.events import read_events
 from airflow_ett.trainer.config import load_config
-from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_OK
+from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_HUNG, EXIT_OK
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
 from airflow_ett.trainer.loop import load_final_state
 
@@ -267,3 +267,16 @@ def test_an_attempt_with_its_own_events_file_leaves_the_hosts_spool_alone(
     jobs = {e.job for e in read_events(str(tmp_path / "job" / "events.jsonl")).events}
     assert jobs == {"mine"}
     assert sorted(p.name for p in spool.iterdir()) == spooled
+
+
+def test_a_hang_is_detected_by_the_watchdog_and_restarted(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.json", hang_timeout_s=3.0,
+                          faults=[{"kind": "hang", "at_step": 20, "attempt": 1}])
+    logs = run_job(config, "hung", [EXIT_HUNG, EXIT_OK])
+    assert "hang: no step finished for" in logs[0]
+    d = attribute_job(read_events(str(tmp_path / "events.jsonl")).events).to_dict()
+    (failure,) = d["failures"]
+    assert failure["cause"] == "infra" and d["nof"]["infra"] == 1
+    # From the last progress to the watchdog's notice: the timeout, spent hung.
+    assert d["phases"]["detection"] >= 3.0
+    assert d["attempts"][-1]["status"] == "success"
