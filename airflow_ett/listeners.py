@@ -133,7 +133,6 @@ class _Background:
         self._queue: queue.Queue[Callable[[], None]] = queue.Queue(_BACKGROUND_QUEUE)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        os.register_at_fork(after_in_child=self._after_fork)
 
     def submit(self, action: Callable[[], None]) -> None:
         with self._lock:
@@ -167,7 +166,9 @@ class _Background:
                 _rate_limited(logging.WARNING, f"background-{type(exc).__name__}",
                               "ETT listener: background action failed: %r", exc)
 
-    def _after_fork(self) -> None:
+    def after_fork(self) -> None:
+        """A forked child (the LocalExecutor forks its workers from the scheduler) has
+        neither the parent's thread nor a usable copy of its lock."""
         self._lock = threading.Lock()
         self._thread = None
         self._queue = queue.Queue(_BACKGROUND_QUEUE)
@@ -176,18 +177,21 @@ class _Background:
 class EttListener:
     """Registered by the `airflow_ett` plugin in every Airflow process.
 
-    `emitter` and `store_url` exist for tests; by default they come from `[ett]`.
+    `emitter` and `settings` exist for tests; by default: the process's emitter, `[ett]`.
     """
 
     def __init__(self, emitter: Callable[[], Emitter] | None = None,
-                 store_url: Callable[[], str] | None = None,
                  settings: Callable[[], EttSettings] = EttSettings.load) -> None:
         self._emitter = emitter or get_emitter
-        self._store_url = store_url
         self._settings = settings
         self._settings_cache: EttSettings | None = None
         self._store: Any = None
         self._background = _Background()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._store = None  # a connection pool does not survive a fork: the child makes its own
+        self._background.after_fork()
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -204,8 +208,7 @@ class EttListener:
         if self._store is None:
             from airflow_ett.store import EttStore
 
-            url = self._store_url() if self._store_url else self.settings().store_url
-            self._store = EttStore(url)
+            self._store = EttStore(self.settings().store_url)
         return self._store.get_job(job)
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -222,3 +222,23 @@ def test_a_raising_hook_and_an_unreachable_store_never_reach_airflow(
     with EttStore(good) as store:
         got = store.job_events("ranking__manual__1")
     assert sorted(type(e).__name__ for e in got) == ["JobSubmitted", "TaskStateChanged"]
+
+
+def test_a_forked_child_makes_its_own_store_connection_and_thread(
+        listener: EttListener, url: str) -> None:
+    # The LocalExecutor forks its workers from the scheduler, listener and all.
+    import os
+
+    listener.on_dag_run_running(dag_run(), "running")
+    listener.flush(10.0)
+    listener.on_task_instance_failed(None, api_ti("failed"), "set by hand")  # reads the store
+    listener.flush(10.0)
+    assert listener._store is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        fresh = listener._store is None and listener._background._thread is None
+        os.write(write, b"1" if fresh else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
