@@ -71,18 +71,22 @@ class RunTimeout(EmbeddedAirflowError):
     """A DAG run was not finished in time; the message holds task states and the scheduler log."""
 
 
-def airflow_executable() -> Path:
-    """The `airflow` script of the interpreter running us.
+def venv_script(name: str) -> Path:
+    """A console script (`airflow`, `airflow-ett`) of the interpreter running us.
 
     Not `shutil.which`: PATH may hold another Airflow (a system one, another venv), and the
     components must run the same Airflow, and see the same plugins, as this interpreter.
     `sys.executable` is not resolved: a venv's python is a symlink to the base interpreter,
-    whose bin/ has no `airflow`.
+    whose bin/ has neither script.
     """
-    path = Path(sys.executable).parent / "airflow"
+    path = Path(sys.executable).parent / name
     if not path.is_file():
-        raise EmbeddedAirflowError(f"no airflow executable next to {sys.executable}")
+        raise EmbeddedAirflowError(f"no {name} executable next to {sys.executable}")
     return path
+
+
+def airflow_executable() -> Path:
+    return venv_script("airflow")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -395,9 +399,8 @@ class EmbeddedAirflow:
 
     def ett(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run the `airflow-ett` CLI with the components' environment (their [ett] config)."""
-        exe = Path(sys.executable).parent / "airflow-ett"
-        return subprocess.run([str(exe), *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return subprocess.run([str(venv_script("airflow-ett")), *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
 
     def start(self, components: Sequence[str] = DEFAULT_COMPONENTS) -> None:
         """Start each component as its own process group, logging to logs/embedded/<name>.log.

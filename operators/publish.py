@@ -16,7 +16,8 @@ from typing import Any
 
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
-from airflow_ett.operators.job import JobConfigError
+from airflow_ett.operators.job import JobConfigError, JobPaths
+from airflow_ett.trainer.config import TrainerConfig
 
 _SUMMARY_KEYS = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
                  "shutdown_s", "components", "provisional")
@@ -38,13 +39,17 @@ def ett_summary(job: str, log: logging.Logger | Any) -> dict[str, Any] | None:
 
 
 def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
-                log: logging.Logger | Any) -> dict[str, Any]:
+                log: logging.Logger | Any,
+                prepared: tuple[JobPaths, TrainerConfig] | None = None) -> dict[str, Any]:
     """Publish the job's newest checkpoint; shared by this operator and the baseline's
-    in-GPU publish, so both write the same artifact."""
-    try:
-        paths, cfg = op.prepare(context)
-    except JobConfigError as exc:
-        raise TrainerConfigError(str(exc)) from None
+    in-GPU publish (which passes the config it already `prepared`), so both write the
+    same artifact."""
+    if prepared is None:
+        try:
+            prepared = op.prepare(context)
+        except JobConfigError as exc:
+            raise TrainerConfigError(str(exc)) from None
+    paths, cfg = prepared
     from airflow_ett.trainer.publish import publish_model
 
     job = op.job_id(context)

@@ -30,7 +30,8 @@ from airflow_ett.operators.errors import (
     default_retry_policy,
     failure_for,
 )
-from airflow_ett.operators.job import JobConfigError
+from airflow_ett.operators.job import JobConfigError, JobPaths
+from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, run_attempts
 
 ATTEMPTS_KEY = "ett_attempts_launched"
@@ -121,7 +122,7 @@ class TorchRecTrainOperator(EttTrainerOperator):
                           outcome.exit_code, outcome.exit_class.description,
                           outcome.ended - outcome.started)
         if result.succeeded:
-            return self._succeeded(context, result)
+            return self._succeeded(context, result, (paths, cfg))
         self._failed(context, result, last_try=try_number > int(ti.max_tries))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -135,14 +136,15 @@ class TorchRecTrainOperator(EttTrainerOperator):
             return None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    def _succeeded(self, context: Mapping[str, Any], result: LaunchResult) -> dict[str, Any]:
+    def _succeeded(self, context: Mapping[str, Any], result: LaunchResult,
+                   prepared: tuple[JobPaths, TrainerConfig]) -> dict[str, Any]:
         emitter = self.emitter(context)
         published = None
         if self.publish_in_task:
             from airflow_ett.operators.publish import publish_job
 
             with emitter.phase("publish_in_gpu"):
-                published = publish_job(self, context, log=self.log)
+                published = publish_job(self, context, self.log, prepared)
         emitter.job_ended("success")
         emitter.flush()
         return {

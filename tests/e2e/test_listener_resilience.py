@@ -9,13 +9,12 @@ makes the listener's task-instance capture raise for the `success` state.
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from airflow_ett.embedded import EmbeddedAirflow
+from airflow_ett.embedded import EmbeddedAirflow, venv_script
 from airflow_ett.ett.events import JobSubmitted, TaskStateChanged
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
@@ -68,7 +67,7 @@ def test_dag_succeeds_with_the_store_down_and_a_hook_raising(tmp_path: Path) -> 
            "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins)}
     with EmbeddedAirflow(home, dags, extra_env=env) as af:
         af.home.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        subprocess.run([str(venv_script("airflow")), "db", "migrate"],
                        env=af.env, check=True, capture_output=True, timeout=300)
         af.start()
         af.wait_until_ready(180.0)
@@ -82,7 +81,7 @@ def test_dag_succeeds_with_the_store_down_and_a_hook_raising(tmp_path: Path) -> 
     spool = home / "ett_spool"
     assert any(spool.iterdir()), "nothing was spooled while the store was down"
     good = f"sqlite:///{tmp_path}/ett.db"
-    cli = str(Path(sys.executable).parent / "airflow-ett")
+    cli = str(venv_script("airflow-ett"))
     for args in (["db", "upgrade"], ["spool", "replay", "--spool-dir", str(spool)]):
         done = subprocess.run([cli, *args, "--store-url", good], capture_output=True,
                               text=True, timeout=120, check=False, env={**af.env})

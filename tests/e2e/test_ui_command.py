@@ -9,14 +9,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from airflow_ett.embedded import free_port
+from airflow_ett.embedded import free_port, venv_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,7 +41,7 @@ def _processes_with_home(home: Path) -> list[int]:
 
 def test_ui_command_serves_the_ui_with_the_plugin_and_stops_cleanly(tmp_path: Path) -> None:
     home, port = tmp_path / "home", free_port()
-    cli = str(Path(sys.executable).parent / "airflow-ett")
+    cli = str(venv_script("airflow-ett"))
     env = {k: v for k, v in os.environ.items() if k != "AIRFLOW_HOME"}
     proc = subprocess.Popen([cli, "embedded", "ui", "--port", str(port), "--home", str(home),
                              "--dags-folder", str(DAGS)], stdout=subprocess.PIPE,
