@@ -18,10 +18,19 @@ def json_blocks() -> list[str]:
 
 
 def test_every_documented_line_is_a_valid_event() -> None:
-    for block in json_blocks():
-        result = parse_lines(block.splitlines())
+    blocks = json_blocks()
+    # Counted independently of the regex, so a changed fence style cannot make the test
+    # check nothing: every ```json fence in the doc is one checked block.
+    fences = [line for line in DOC.read_text().splitlines() if line.strip() == "```json"]
+    assert len(blocks) == len(fences) >= 2
+    checked = 0
+    for block in blocks:
+        lines = [line for line in block.splitlines() if line.strip()]
+        result = parse_lines(lines)
         assert result.errors == [], result.errors
-        assert result.events
+        assert len(result.events) == len(lines)
+        checked += len(result.events)
+    assert checked >= 9  # at least the clean job (8 events) and the single-event example
 
 
 def test_clean_job_example_gives_the_documented_figures() -> None:
