@@ -2,21 +2,26 @@
 
 Bad input is one clear line on stderr and a non-zero exit, never a traceback: exit 1 for
 input or runtime problems (a bad file, an unreachable store), 2 for usage errors
-(argparse's own convention). Imports stay inside commands so that `compute` on a
-laptop needs neither SQLAlchemy nor Airflow loaded.
+(argparse's own convention). Bad lines in an events file are the exception: each is
+reported on stderr and skipped, the good ones are used and the exit is 0, with a count of
+what was skipped; `--strict` turns any bad line into exit 1 (and `ingest` then stores
+nothing). Imports stay inside commands so that `compute` on a laptop needs neither
+SQLAlchemy nor Airflow loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
 import json
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, NoReturn, TextIO
 
 if TYPE_CHECKING:
     from airflow_ett.embedded import EmbeddedAirflow, RunResult
@@ -35,9 +40,14 @@ def _fail(message: str) -> NoReturn:
 def _time_arg(text: str) -> float:
     """Unix seconds or an ISO-8601 date/time (UTC when no zone is given)."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise argparse.ArgumentTypeError(f"not a time: {text!r} (a finite number of "
+                                             "Unix seconds, or ISO-8601)")
+        return seconds
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
@@ -49,29 +59,141 @@ def _time_arg(text: str) -> float:
     return parsed.timestamp()
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (`--limit -1` must not mean "all" on SQLite and
+    a database error on PostgreSQL)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {text!r}")
+    return value
+
+
+def _version() -> str:
+    """The installed distribution's version (the package's own when run from a checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("airflow-ett")
+    except PackageNotFoundError:  # pragma: no cover - only in an uninstalled source tree
+        import airflow_ett
+
+        return airflow_ett.__version__
+
+
+def utc_text(ts: object) -> str:
+    """A stored Unix time as `YYYY-mm-dd HH:MM:SS` (UTC), or as the raw value when it is
+    no representable time (NaN, out of datetime's range, not a number): a listing shows
+    an odd row as it is instead of failing for every row."""
+    if ts is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(float(ts), UTC).strftime(  # type: ignore[arg-type]
+            "%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return repr(ts) if isinstance(ts, str) else str(ts)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as strings: `json.dump` would write them as bare NaN/Infinity,
+    which is not JSON and breaks the reader of `--json` output."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _print_json(obj: Any, out: TextIO) -> None:
-    json.dump(obj, out, indent=2, sort_keys=False)
+    json.dump(_json_safe(obj), out, indent=2, sort_keys=False, allow_nan=False)
     out.write("\n")
 
 
 # --- compute ---------------------------------------------------------------------------
 
 
+_NOT_UTF8: Final = {codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16",
+                    codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",
+                    b"\x1f\x8b": "gzip-compressed"}
+
+
+def _event_lines(fh: BinaryIO, source: str) -> Iterator[bytes]:
+    """The lines of a binary stream, a UTF-8 BOM removed from the first.
+
+    Bytes, not text: a line that is not UTF-8 is then one bad line (named by number)
+    rather than a decode error that ends the whole read. A BOM (Windows editors write
+    one) would otherwise make line 1 invalid JSON. UTF-16/32 and gzip are told at once,
+    since every line of them would be bad.
+    """
+    first = True
+    for line in fh:
+        if first:
+            first = False
+            for magic, kind in _NOT_UTF8.items():
+                # UTF-32-LE's BOM starts with UTF-16-LE's: the dict lists UTF-16 first,
+                # and both answers say the same thing ("not UTF-8").
+                if line.startswith(magic):
+                    _fail(f"events file {source} is {kind}, not UTF-8 JSON Lines text")
+            if line.startswith(codecs.BOM_UTF8):
+                line = line[len(codecs.BOM_UTF8):]
+        yield line
+
+
+def _open_events(source: str) -> BinaryIO:
+    """The events file opened for reading, or one line saying why it cannot be."""
+    try:
+        return open(source, "rb")
+    except FileNotFoundError:
+        _fail(f"events file not found: {source}")
+    except IsADirectoryError:
+        _fail(f"events file {source} is a directory, not a file")
+    except PermissionError:
+        _fail(f"cannot read events file {source}: permission denied")
+    except OSError as exc:
+        _fail(f"cannot read events file {source}: {exc.strerror or exc}")
+
+
 def _read_events(source: str, *, strict: bool) -> list[Any]:
     """Parse an events file (or stdin), report bad lines on stderr, keep the good ones."""
     from airflow_ett.ett.events import parse_lines
 
-    if source == "-":
-        parsed = parse_lines(sys.stdin)
-    else:
-        path = Path(source)
-        if not path.is_file():
-            _fail(f"events file not found: {source}")
-        try:
-            with path.open("rb") as fh:
-                parsed = parse_lines(fh)
-        except OSError as exc:
-            _fail(f"cannot read {source}: {exc.strerror or exc}")
+    try:
+        if source == "-":
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin is not None:
+                parsed = parse_lines(_event_lines(stdin, "on standard input"))
+            else:  # a text stream without bytes underneath (tests, embedding)
+                parsed = parse_lines(line.removeprefix("\ufeff") if n == 0 else line
+                                     for n, line in enumerate(sys.stdin))
+        else:
+            with _open_events(source) as fh:
+                parsed = parse_lines(_event_lines(fh, source))
+    except OSError as exc:  # a read error mid-file (EIO, a vanished network mount)
+        _fail(f"cannot read events file {source}: {exc.strerror or exc}")
     for error in parsed.errors[:MAX_REPORTED_ERRORS]:
         print(f"airflow-ett: skipped {source}: {error}", file=sys.stderr)
     if len(parsed.errors) > MAX_REPORTED_ERRORS:
@@ -81,6 +203,10 @@ def _read_events(source: str, *, strict: bool) -> list[Any]:
         _fail(f"{len(parsed.errors)} bad line(s) in {source} (--strict)")
     if not parsed.events:
         _fail(f"no valid events in {source}")
+    if parsed.errors:
+        print(f"airflow-ett: warning: skipped {len(parsed.errors)} bad line(s) of "
+              f"{len(parsed.errors) + len(parsed.events)} in {source}; used the "
+              f"{len(parsed.events)} good one(s) (--strict fails instead)", file=sys.stderr)
     return list(parsed.events)
 
 
@@ -128,10 +254,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     events = _read_events(args.events, strict=args.strict)
     with EttStore(_store_url(args)) as store:
-        new = store.insert_events(events)
+        result = store.ingest(events)
     jobs = len({e.job for e in events})
-    print(f"stored {new} new event(s) of {len(events)} read ({len(events) - new} already "
-          f"there) for {jobs} job(s)")
+    print(f"stored {result.new} new event(s) of {len(events)} read ({result.duplicates} "
+          f"already there) for {jobs} job(s)")
+    if result.conflicts:
+        # As `compute` warns: the stored version stands, the differing one is not stored.
+        print(f"airflow-ett: warning: {result.conflicts} event id(s) reused with different "
+              "content (the version stored first stands)", file=sys.stderr)
     return 0
 
 
@@ -150,10 +280,7 @@ def _cmd_runs_list(args: argparse.Namespace) -> int:
     width = max(len("job"), *(len(row.job) for row in rows))
     print(f"{'job':<{width}}  {'tenant':<16} {'model':<16} {'submitted (UTC)':<20} status")
     for row in rows:
-        submitted = (
-            datetime.fromtimestamp(row.submitted_ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
-            if row.submitted_ts is not None else "-"
-        )
+        submitted = utc_text(row.submitted_ts)
         print(f"{row.job:<{width}}  {row.tenant or '-':<16} {row.model or '-':<16} "
               f"{submitted:<20} {row.status}")
     return 0
@@ -312,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="airflow-ett",
         description="Effective Training Time: where a training job's wall time went.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     compute = sub.add_parser("compute", help="ETT breakdown of an event log (JSON Lines)")
@@ -348,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--tenant")
     listing.add_argument("--model")
     listing.add_argument("--dag-id")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=_positive_int, default=50,
+                         help="at most this many runs (default: 50)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=_cmd_runs_list)
     show = with_store(runs.add_parser("show", help="one run's ETT breakdown"))
@@ -376,14 +505,14 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="start Airflow, trigger a DAG, wait for the run, stop Airflow"))
     run.add_argument("dag_id")
     run.add_argument("--conf", help="the run's conf, a JSON object")
-    run.add_argument("--timeout", type=float, default=600.0,
+    run.add_argument("--timeout", type=_positive_seconds, default=600.0,
                      help="seconds to wait for the run (default: 600)")
-    run.add_argument("--port", type=int, help="API/UI port on 127.0.0.1 (default: a free one)")
+    run.add_argument("--port", type=_port, help="API/UI port on 127.0.0.1 (default: a free one)")
     run.add_argument("--keep-running", action="store_true",
                      help="after the run, keep Airflow (and the UI) up until Ctrl-C")
     run.set_defaults(func=_cmd_embedded_run)
     ui = with_airflow(embedded.add_parser("ui", help="start Airflow and its UI until Ctrl-C"))
-    ui.add_argument("--port", type=int, default=8080, help="on 127.0.0.1 (default: 8080)")
+    ui.add_argument("--port", type=_port, default=8080, help="on 127.0.0.1 (default: 8080)")
     ui.set_defaults(func=_cmd_embedded_ui)
     return parser
 

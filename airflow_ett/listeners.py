@@ -11,6 +11,11 @@ the API server for states set by hand. What this records:
 - the DAG run's end: `job_ended`, only as a fallback for jobs whose train task never
   said so (it failed before training, or was killed), checked against the store.
 
+User-written text leaves the process only through Airflow's secrets maskers (`_redact`):
+a DAG run's `conf` and a failure's message may hold a password or token that Airflow
+knows of (a connection, a variable, `mask_secret`) or that sits under a sensitive key,
+and the store is read by more people than the task's own logs.
+
 The hook bodies copy plain values off the Airflow objects (never touching Airflow's ORM
 session or a lazy relationship) and hand them to the emitter, which writes on its own
 thread and spools when the store is down. Work that must read the store (the fallback
@@ -49,6 +54,52 @@ _rate_limited = RateLimitedLog(log)
 P = ParamSpec("P")
 
 _BACKGROUND_QUEUE: Final = 1024
+MESSAGE_CHARS: Final = 500
+# Redact a little more than is kept, so that a secret straddling the cut is still whole
+# when the masker looks for it.
+_REDACT_CHARS: Final = 4 * MESSAGE_CHARS
+_REDACTION_FAILED: Final = "<redaction-failed>"
+# Each Airflow process registers secrets with one of two maskers: the Task SDK's (the
+# task process on a worker) and core's (scheduler, API server, dag processor). Both are
+# applied; either may be missing from an install, and each is imported once, on first use.
+_MASKER_MODULES: Final = ("airflow.sdk._shared.secrets_masker", "airflow._shared.secrets_masker")
+_redactors: list[Callable[[Any], Any]] | None = None
+
+
+def _load_redactors() -> list[Callable[[Any], Any]]:
+    global _redactors
+    if _redactors is None:
+        import importlib
+
+        found: list[Callable[[Any], Any]] = []
+        for name in _MASKER_MODULES:
+            try:
+                found.append(importlib.import_module(name).redact)
+            except (ImportError, AttributeError):
+                continue
+        _redactors = found
+    return _redactors
+
+
+def _redact(value: Any) -> Any:
+    """`value` as Airflow's secrets maskers would log it: registered secrets and values
+    under sensitive keys (password, token, ...) become `***`.
+
+    Fails closed: if a masker raises, the value is replaced, never passed on as is.
+    """
+    try:
+        for redact in _load_redactors():
+            value = redact(value)
+        return value
+    except Exception:
+        return _REDACTION_FAILED
+
+
+def _message(error: BaseException | str | None) -> str | None:
+    if error is None:
+        return None
+    text = _redact(str(error)[:_REDACT_CHARS])
+    return str(text)[:MESSAGE_CHARS]
 
 
 def _guarded(fn: Callable[P, None]) -> Callable[P, None]:
@@ -117,7 +168,7 @@ def _task_try(previous_state: Any, ti: Any, state: str | None = None,
         recording=recording_of(tags) if tags is not None else None,
         retry_delay_s=(delay.total_seconds() if isinstance(delay, timedelta) and not backoff
                        else None),
-        message=None if error is None else str(error)[:500],
+        message=_message(error),
     )
 
 
@@ -235,7 +286,7 @@ class EttListener:
         conf = getattr(dag_run, "conf", None)
         attrs: dict[str, Any] = {"run_type": _state_name(getattr(dag_run, "run_type", None))}
         if isinstance(conf, dict) and conf:
-            attrs["conf"] = {str(k): v for k, v in conf.items()}
+            attrs["conf"] = _redact({str(k): v for k, v in conf.items()})
         self._emitter().bind(job_id_for(dag_id, run_id)).job_submitted(
             tenant=recording.tenant, model=recording.model, dag_id=dag_id, run_id=run_id,
             attrs=attrs, ts=queued)

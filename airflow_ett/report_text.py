@@ -1,80 +1,119 @@
 """Plain-text rendering of one job's ETT breakdown, for the CLI and the demo.
 
 It reads only the JSON-ready dict (`JobAttribution.to_dict()` or a cached summary from
-the store), so whatever produced the numbers, the text says the same thing.
+the store), so whatever produced the numbers, the text says the same thing. A summary
+read back from the store may hold what today's code would never write (an infinite or
+NaN time, a null, a string from an older version): every number is formatted through
+`_num`, which shows such a value as it is instead of raising, so one odd stored job
+never keeps its report, or a page of them, from printing.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from airflow_ett.ett.phases import COMPONENTS
 
 
-def _s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if abs(seconds) >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if abs(seconds) >= 120:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
+def _finite(value: Any) -> float | None:
+    """The value as a finite float, or None when it is not one (bools are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
-def _pct(part: float, whole: float) -> str:
-    return f"{100.0 * part / whole:5.1f}%" if whole > 0 else "    -"
+def _num(value: Any, spec: str) -> str:
+    """`format(value, spec)` for a finite number; anything else shown raw."""
+    number = _finite(value)
+    if number is None:
+        return "-" if value is None else str(value)
+    return format(number, spec)
+
+
+def _s(seconds: Any) -> str:
+    number = _finite(seconds)
+    if number is None:
+        return "-" if seconds is None else f"{seconds} s"
+    if abs(number) >= 3600:
+        return f"{number / 3600:.2f} h"
+    if abs(number) >= 120:
+        return f"{number / 60:.1f} min"
+    return f"{number:.1f} s"
+
+
+def _pct(part: Any, whole: Any) -> str:
+    p, w = _finite(part), _finite(whole)
+    return f"{100.0 * p / w:5.1f}%" if p is not None and w is not None and w > 0 else "    -"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def render_job(d: dict[str, Any], *, top_phases: int = 8) -> str:
-    e2e = float(d["e2e_s"])
-    title = f"job {d['job']}"
-    who = " / ".join(x for x in (d.get("tenant"), d.get("model")) if x)
+    e2e = d.get("e2e_s")
+    title = f"job {d.get('job')}"
+    who = " / ".join(str(x) for x in (d.get("tenant"), d.get("model")) if x)
     if who:
         title += f" ({who})"
     flags = "   [provisional: still running]" if d.get("provisional") else ""
-    lines = [f"{title}   ETT% {d['ett_pct']:.2f}   E2E {_s(e2e)}{flags}", ""]
+    lines = [f"{title}   ETT% {_num(d.get('ett_pct'), '.2f')}   E2E {_s(e2e)}{flags}", ""]
 
-    nof = d["nof"]
+    nof = _dict(d.get("nof"))
     causes = ", ".join(f"{k} {v}" for k, v in nof.items() if k != "total" and v)
-    rates = d["rates"]
+    rates = _dict(d.get("rates"))
     lines.append("Level 1")
     tts_note = "" if d.get("started") else "  (no effective step yet)"
-    lines.append(f"  TTS    {_s(d['tts_s'])}{tts_note}")
-    for failure in d["failures"]:
-        where = f"attempt {failure['attempt']} ({failure['cause']})"
-        if failure["during_tts"]:
+    lines.append(f"  TTS    {_s(d.get('tts_s'))}{tts_note}")
+    for failure in (_dict(f) for f in _list(d.get("failures"))):
+        where = f"attempt {failure.get('attempt')} ({failure.get('cause')})"
+        if failure.get("during_tts"):
             lines.append(f"  fail   {where}: before the first effective step, inside TTS")
             continue
-        stages = ", ".join(f"{k} {_s(v)}" for k, v in failure["stages"].items() if v)
-        lines.append(f"  TTR    {_s(failure['ttr_s'])} after {where}; from detection "
-                     f"{_s(failure['ttr_from_detection_s'])}")
+        stages = ", ".join(f"{k} {_s(v)}" for k, v in _dict(failure.get("stages")).items()
+                           if v)
+        lines.append(f"  TTR    {_s(failure.get('ttr_s'))} after {where}; from detection "
+                     f"{_s(failure.get('ttr_from_detection_s'))}")
         if stages:
             lines.append(f"           {stages}")
-    lines.append(f"  NoF    {nof['total']}" + (f" ({causes})" if causes else "")
-                 + f"   attempts {int(rates['attempts'])}   failures/attempt "
-                 f"{rates['failures_per_attempt']:.2f} "
-                 f"({rates['failures_per_attempt_without_preemption']:.2f} without preemption)")
-    ck = d["checkpoints"]
-    lines.append(f"  CSBT   {_s(d['csbt_s'])} over {ck['saves']} saves   shutdown "
-                 f"{_s(d['shutdown_s'])}   in-loop waste {_s(d['in_loop_waste_s'])}")
+    lines.append(f"  NoF    {nof.get('total', '-')}" + (f" ({causes})" if causes else "")
+                 + f"   attempts {_num(rates.get('attempts'), '.0f')}   failures/attempt "
+                 f"{_num(rates.get('failures_per_attempt'), '.2f')} "
+                 f"({_num(rates.get('failures_per_attempt_without_preemption'), '.2f')} "
+                 "without preemption)")
+    ck = _dict(d.get("checkpoints"))
+    lines.append(f"  CSBT   {_s(d.get('csbt_s'))} over {ck.get('saves', '-')} saves   shutdown "
+                 f"{_s(d.get('shutdown_s'))}   in-loop waste {_s(d.get('in_loop_waste_s'))}")
     if d.get("model_available_after_release_s") is not None:
         lines.append("  model available "
                      f"{_s(d['model_available_after_release_s'])} after the GPUs were released")
     lines.append("")
 
+    components = _dict(d.get("components"))
     lines.append("Level 2")
     lines.append(f"  {'component':<20}{'time':>12}{'share':>8}")
     for component in COMPONENTS:
-        value = float(d["components"][component])
+        value = components.get(component)
         lines.append(f"  {component:<20}{_s(value):>12}{_pct(value, e2e):>8}")
     lines.append(f"  {'total':<20}{_s(e2e):>12}")
     lines.append("")
 
-    phases = sorted(d["phases"].items(), key=lambda kv: -kv[1])[:top_phases]
+    def size(item: tuple[str, Any]) -> float:
+        number = _finite(item[1])
+        return -number if number is not None else math.inf  # odd values sort last
+
+    phases = sorted(_dict(d.get("phases")).items(), key=size)[:top_phases]
+    phase_components = _dict(d.get("phase_components"))
     lines.append("Level 3 (largest phases)")
     for name, value in phases:
-        component = d["phase_components"].get(name, "?")
+        component = phase_components.get(name, "?")
         lines.append(f"  {name:<26}{_s(value):>12}{_pct(value, e2e):>8}   {component}")
-    for warning in d.get("warnings", []):
+    for warning in _list(d.get("warnings")):
         lines.append(f"note: {warning}")
     return "\n".join(lines)

@@ -161,3 +161,207 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     bad = subprocess.run([exe, "compute"], capture_output=True, text=True, timeout=60,
                          check=False)
     assert bad.returncode == 2 and "usage:" in bad.stderr
+
+
+# --- first-hour rough edges (issue 8, point 10) ---------------------------------------------
+
+
+def test_version_prints_the_installed_distributions_version(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"airflow-ett {version('airflow-ett')}"
+
+
+@pytest.mark.parametrize("command", ["compute", "ingest"])
+def test_unreadable_events_files_say_why(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         command: str) -> None:
+    utf16 = tmp_path / "utf16.jsonl"
+    utf16.write_text(EXAMPLE.read_text(), encoding="utf-16")
+    gz = tmp_path / "events.jsonl.gz"
+    import gzip
+
+    gz.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
+    cases = {str(tmp_path): "is a directory, not a file",
+             str(utf16): "is UTF-16, not UTF-8",
+             str(gz): "is gzip-compressed, not UTF-8",
+             str(tmp_path / "nope.jsonl"): "events file not found"}
+    for path, message in cases.items():
+        assert main([command, path, "--store-url", f"sqlite:///{tmp_path}/ett.db"]
+                    if command == "ingest" else [command, path]) == 1
+        err = capsys.readouterr().err
+        assert message in err and path in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_a_line_that_is_not_utf8_is_one_bad_line(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    lines = EXAMPLE.read_bytes().splitlines(keepends=True)
+    lines.insert(2, b'{"type": "progress", "job": "caf\xe9"}\n')  # Latin-1, not UTF-8
+    log = tmp_path / "latin1.jsonl"
+    log.write_bytes(b"".join(lines))
+    assert main(["compute", str(log), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "line 3:" in captured.err and "utf-8" in captured.err.lower()
+    assert json.loads(captured.out)["ett_pct"] == pytest.approx(55.076, abs=1e-3)
+
+
+def test_a_bom_loses_no_line_in_a_file_or_on_stdin(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    with_bom = b"\xef\xbb\xbf" + EXAMPLE.read_bytes()
+    log = tmp_path / "bom.jsonl"
+    log.write_bytes(with_bom)
+    assert main(["compute", str(log), "--strict", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ett_pct"] == pytest.approx(55.076, abs=1e-3)
+
+    stdin = io.TextIOWrapper(io.BytesIO(with_bom), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["compute", "-", "--strict", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ett_pct"] == pytest.approx(55.076, abs=1e-3)
+
+    # A text stream with no bytes underneath gets the same treatment.
+    monkeypatch.setattr("sys.stdin", io.StringIO(with_bom.decode("utf-8")))
+    assert main(["compute", "-", "--strict"]) == 0
+
+
+def test_skipped_lines_exit_0_with_a_count_and_strict_exits_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What README's "Using it" says, held here."""
+    lines = EXAMPLE.read_text().splitlines()
+    lines[5:5] = ["not json", '{"type": "nonsense"}']
+    log = tmp_path / "two-bad.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    url = f"sqlite:///{tmp_path / 'ett.db'}"
+    assert main(["db", "upgrade", "--store-url", url]) == 0
+    capsys.readouterr()
+    assert main(["ingest", str(log), "--store-url", url]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: skipped 2 bad line(s) of {len(lines)} in {log}" in err
+    assert main(["compute", str(log), "--strict"]) == 1
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    using = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
+    using = " ".join(using.split())
+    for said in ("and the exit status stays 0", "With `--strict` any bad line is exit status 1",
+                 "2 for a usage error"):
+        assert said in using
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "ten", "1.5"])
+def test_limit_must_be_positive(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["runs", "list", "--limit", value, "--store-url", "sqlite:////nonexistent/x.db"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --limit: must be a whole number >= 1, got {value!r}" in err
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["runs", "list", "--since", "nan"], "--since"),
+    (["compute", str(EXAMPLE), "--now", "inf"], "--now"),
+    (["embedded", "run", "d", "--timeout", "-5"], "--timeout"),
+    (["embedded", "ui", "--port", "70000"], "--port"),
+])
+def test_other_numeric_options_are_validated(capsys: pytest.CaptureFixture[str],
+                                             argv: list[str], option: str) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}:" in err and argv[-1] in err
+
+
+def test_read_only_commands_create_no_database(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'not' / 'yet' / 'ett.db'}"
+    for argv in (["runs", "list"], ["runs", "show", "some-run"], ["ingest", str(EXAMPLE)]):
+        assert main([*argv, "--store-url", url]) == 1
+        err = capsys.readouterr().err
+        assert "does not exist" in err and "airflow-ett db upgrade" in err, err
+        assert "unavailable" not in err
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its folders
+    assert main(["db", "upgrade", "--store-url", url]) == 0  # the one command that creates
+    assert (tmp_path / "not" / "yet" / "ett.db").is_file()
+
+
+def test_a_plain_postgresql_url_gets_the_installed_driver() -> None:
+    from airflow_ett.store.engine import make_engine, parse_url
+
+    for scheme in ("postgresql", "postgres"):
+        assert parse_url(f"{scheme}://u@h/db").drivername == "postgresql+psycopg2"
+        engine = make_engine(f"{scheme}://u@h/db")
+        assert engine.dialect.driver == "psycopg2"
+        engine.dispose()
+
+
+# --- odd values already stored (issue 8, point 3) -------------------------------------------
+
+
+def _odd_store(tmp_path: Path) -> str:
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'ett.db'}"
+    assert main(["db", "upgrade", "--store-url", url]) == 0
+    assert main(["ingest", str(EXAMPLE), "--store-url", url]) == 0
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # as an older, laxer version could have left them
+        conn.exec_driver_sql("INSERT INTO ett_jobs (job, tenant, submitted_ts, ended_ts, "
+                             "status, last_event_ts, version) VALUES "
+                             "('odd-far', 't', 1795856400000000.0, 9e999, 'success', "
+                             "1795856400000000.0, 1)")
+        conn.exec_driver_sql("INSERT INTO ett_jobs (job, submitted_ts, status, "
+                             "last_event_ts, version) VALUES ('odd-neg', -9e999, 'running', "
+                             "0, 1)")
+    engine.dispose()
+    return url
+
+
+def test_runs_list_shows_an_out_of_range_time_raw(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    url = _odd_store(tmp_path)
+    capsys.readouterr()
+    assert main(["runs", "list", "--store-url", url]) == 0
+    out = capsys.readouterr().out
+    assert "1795856400000000.0" in out and "-inf" in out
+    assert "2026-11-28 09:00:00" in out  # the good row is still there, formatted
+    assert main(["runs", "list", "--store-url", url, "--json"]) == 0
+    rows = {r["job"]: r for r in json.loads(capsys.readouterr().out)}  # strict JSON
+    assert rows["odd-far"]["ended_ts"] == "inf" and rows["odd-neg"]["submitted_ts"] == "-inf"
+
+
+def test_runs_show_renders_a_cached_summary_with_odd_values(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlalchemy as sa
+
+    url = _odd_store(tmp_path)
+    payload = json.dumps({"job": "odd-far", "ett_pct": None, "e2e_s": float("inf"),
+                          "tts_s": float("nan"), "nof": {"total": 0}, "rates": {},
+                          "failures": [], "checkpoints": {}, "components": {
+                              "scheduling": "1e999"}, "phases": {"x": float("nan"), "y": 2.0},
+                          "phase_components": {}})
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO ett_summaries (job, version, computed_at, "
+                             "provisional, payload) VALUES ('odd-far', 1, 0, 0, :p)"),
+                     {"p": payload})
+    engine.dispose()
+    capsys.readouterr()
+    assert main(["runs", "show", "odd-far", "--store-url", url]) == 0
+    out = capsys.readouterr().out
+    assert "ETT% -" in out and "E2E inf s" in out and "TTS    nan s" in out
+    assert main(["runs", "show", "odd-far", "--store-url", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["e2e_s"] == "inf"
+
+
+def test_utc_text_never_raises() -> None:
+    from airflow_ett.cli import utc_text
+
+    assert utc_text(1795856400.0) == "2026-11-28 09:00:00"
+    for odd in (1.7e15, float("nan"), float("inf"), -1e20, "noon", 10**400):
+        assert utc_text(odd) in (str(odd), repr(odd))
+    assert utc_text(None) == "-"

@@ -242,3 +242,69 @@ def test_a_forked_child_makes_its_own_store_connection_and_thread(
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
+
+
+# --- secrets (issue 8, point 4) -------------------------------------------------------------
+
+
+def _register(secret: str, *, sdk: bool, core: bool) -> None:
+    """As Airflow does: the Task SDK's masker in a task process, core's in the scheduler
+    and the API server (connections, variables, `mask_secret`)."""
+    if sdk:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(secret)
+    if core:
+        from airflow._shared.secrets_masker import mask_secret as core_mask_secret
+
+        core_mask_secret(secret)
+
+
+def test_conf_and_errors_pass_airflows_secrets_masker(listener: EttListener, url: str) -> None:
+    worker_secret, core_secret = "w0rker-Secret-42", "c0re-Secret-43"
+    _register(worker_secret, sdk=True, core=False)
+    _register(core_secret, sdk=False, core=True)
+    conf = {"steps": 10, "db": f"postgresql://u:{core_secret}@h/db", "password": "plainpw1",
+            "nested": {"api_token": "tok-value-1", "note": f"uses {worker_secret}"}}
+    listener.on_dag_run_running(dag_run(conf=conf), "running")  # scheduler
+    listener.on_task_instance_failed(  # worker
+        "running", worker_ti("up_for_retry"), RuntimeError(f"login as {worker_secret} failed"))
+    ti = SimpleNamespace(**{**vars(worker_ti("failed")), "try_number": 2})  # scheduler
+    listener.on_task_instance_failed("running", ti, f"killed; conn had {core_secret}")
+    listener.flush(10.0)
+    listener.on_task_instance_failed(None, api_ti("failed"), f"set by hand {core_secret}")  # API
+    got = events(listener, url)
+    (submitted,) = [e for e in got if isinstance(e, JobSubmitted)]
+    assert submitted.attrs["conf"] == {
+        "steps": 10, "db": "postgresql://u:***@h/db", "password": "***",
+        "nested": {"api_token": "***", "note": "uses ***"}}
+    messages = sorted(e.message for e in got if isinstance(e, TaskStateChanged))
+    assert messages == ["killed; conn had ***", "login as *** failed", "set by hand ***"]
+    recorded = repr(got)
+    for secret in (worker_secret, core_secret, "plainpw1", "tok-value-1"):
+        assert secret not in recorded
+
+
+def test_a_long_message_is_redacted_before_it_is_cut(listener: EttListener, url: str) -> None:
+    secret = "cut-Secret-4711"
+    _register(secret, sdk=True, core=True)
+    text = "x" * 495 + secret  # the secret straddles the 500-character cut
+    listener.on_task_instance_failed("running", worker_ti("failed"), text)
+    (state,) = [e for e in events(listener, url) if isinstance(e, TaskStateChanged)]
+    assert state.message == "x" * 495 + "***"
+
+
+def test_redaction_that_fails_records_nothing_of_the_value(
+        listener: EttListener, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow_ett.listeners as listeners
+
+    def broken(value: Any) -> Any:
+        raise RuntimeError("masker broke")
+
+    monkeypatch.setattr(listeners, "_redactors", [broken])
+    listener.on_dag_run_running(dag_run(conf={"k": "v"}), "running")
+    listener.on_task_instance_failed("running", worker_ti("failed"), "has a secret")
+    got = events(listener, url)
+    (submitted,) = [e for e in got if isinstance(e, JobSubmitted)]
+    assert submitted.attrs["conf"] == "<redaction-failed>"
+    assert [e.message for e in got if isinstance(e, TaskStateChanged)] == ["<redaction-failed>"]

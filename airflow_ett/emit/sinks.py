@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from airflow_ett.emit._fs import write_all
 from airflow_ett.ett.events import Event, event_to_json, parse_line
+from airflow_ett.masking import mask_url
 
 
 @runtime_checkable
@@ -60,7 +61,7 @@ class StoreSink:
                 return
 
     def __repr__(self) -> str:
-        return f"StoreSink({self.url!r})"
+        return f"StoreSink({mask_url(self.url)!r})"
 
 
 class JsonlSink:

@@ -26,8 +26,10 @@ Safety scheme (no event lost, none counted twice, no two parties on one file):
 - **Never drop a line silently.** A line that does not parse (a torn last line from a
   killed writer, a hand-edited file) goes to `spool-<pid>-<token>.rejected` with its line
   number and error, written whole by rename so that replaying the same file again gives
-  the same file, not duplicates. Events the emitter itself finds invalid are kept in
-  `invalid-<pid>-<token>.rejected` the same way.
+  the same file, not duplicates. So does a line the sink refuses for its data (a value
+  the store cannot hold): the chunk is split until that line stands alone, so one bad
+  line never blocks its file or the files behind it. Events the emitter itself finds
+  invalid are kept in `invalid-<pid>-<token>.rejected` the same way.
 
 Orphaned `.part` files (a crash between create and rename) are empty and ignored.
 """
@@ -67,6 +69,20 @@ def encode_lines(events: Iterable[Event]) -> bytes:
     return "".join([event_to_json(event) + "\n" for event in events]).encode()
 
 
+def encode_each(events: Iterable[Event]
+                ) -> tuple[bytes, list[tuple[Event, Exception]]]:
+    """The spool lines of the events that can be encoded, and those that cannot (with
+    why), so that one bad event never costs the others their place in the spool."""
+    lines: list[str] = []
+    failed: list[tuple[Event, Exception]] = []
+    for event in events:
+        try:
+            lines.append(event_to_json(event) + "\n")
+        except Exception as exc:
+            failed.append((event, exc))
+    return "".join(lines).encode(), failed
+
+
 class SpoolWriter:
     """This process's own spool file: opened on first use, locked while open.
 
@@ -87,11 +103,18 @@ class SpoolWriter:
         """The file being written now, if any."""
         return self._path
 
-    def append(self, events: Sequence[Event], *, sync: bool) -> None:
-        """Add events; with `sync`, also fsync (everything written so far). Raises OSError."""
+    def append(self, events: Sequence[Event], *, sync: bool
+               ) -> list[tuple[Event, Exception]]:
+        """Add events; with `sync`, also fsync (everything written so far). Raises OSError.
+
+        Returns the events that could not be encoded, with why: not written, for the
+        caller to keep aside (the emitter validates first, so this is a last line only).
+        """
         if not events:
-            return
-        data = encode_lines(events)
+            return []
+        data, failed = encode_each(events)
+        if not data:
+            return failed
         with self._lock:
             fd = self._fd if self._fd is not None else self._open()
             write_all(fd, data)
@@ -100,6 +123,7 @@ class SpoolWriter:
                 self._dirty = False
             else:
                 self._dirty = True
+        return failed
 
     def sync(self) -> None:
         """Make earlier unsynced appends (the caller-side overflow path) durable."""
@@ -269,20 +293,20 @@ def iter_replay(sink: EventSink, spool_dir: str | os.PathLike[str], progress: Re
             # Streamed in chunks, so a spool from a long outage never sits in memory whole.
             source = f"{stem}.jsonl"
             rejected: list[dict[str, object]] = []
-            batch: list[Event] = []
+            batch: list[_Line] = []
             with open(fd, "rb", closefd=False) as fh:
                 for number, raw in enumerate(fh, start=1):
                     event = _parse(raw, number, source, rejected)
                     if event is not None:
-                        batch.append(event)
+                        batch.append(_Line(event, number, raw))
                     if len(batch) >= chunk_size:
                         yield  # let live batches go first; then write this chunk
-                        if not _write(sink, batch, claim.name, progress):
+                        if not _write(sink, batch, claim.name, progress, source, rejected):
                             return
                         batch = []
             # No yield between the last write and the unlink below: a replay stopped in
             # that gap would leave a delivered file to be delivered again.
-            if batch and not _write(sink, batch, claim.name, progress):
+            if batch and not _write(sink, batch, claim.name, progress, source, rejected):
                 return
             if rejected:
                 write_rejected(directory / f"{stem}.rejected", rejected, replace=True)
@@ -299,6 +323,18 @@ def iter_replay(sink: EventSink, spool_dir: str | os.PathLike[str], progress: Re
             os.close(fd)  # drops the claim's lock
 
 
+@dataclass(frozen=True, slots=True)
+class _Line:
+    event: Event
+    number: int
+    raw: bytes
+
+
+def _rejected_line(source: str, number: int, raw: bytes, error: str) -> dict[str, object]:
+    return {"source": source, "line": number, "error": error,
+            "text": raw.rstrip(b"\n").decode("utf-8", "replace")}
+
+
 def _parse(raw: bytes, number: int, source: str,
            rejected: list[dict[str, object]]) -> Event | None:
     if not raw.strip():
@@ -306,15 +342,33 @@ def _parse(raw: bytes, number: int, source: str,
     try:
         return parse_line(raw)
     except EventError as exc:
-        rejected.append({"source": source, "line": number, "error": str(exc),
-                         "text": raw.rstrip(b"\n").decode("utf-8", "replace")})
+        rejected.append(_rejected_line(source, number, raw, str(exc)))
         return None
 
 
-def _write(sink: EventSink, batch: list[Event], claim: str, progress: ReplayProgress) -> bool:
+def _is_bad_data(exc: Exception) -> bool:
+    """The sink refused what it was given (a value it cannot hold), as opposed to being
+    unavailable: waiting will not help, but the rest of the batch can still go in."""
+    return isinstance(exc, ValueError | TypeError)
+
+
+def _write(sink: EventSink, batch: list[_Line], claim: str, progress: ReplayProgress,
+           source: str, rejected: list[dict[str, object]]) -> bool:
+    """Write a chunk. A sink that refuses it for its data has the chunk split until the
+    refused lines stand alone; those are kept aside like unreadable lines, so one bad line
+    never holds back its file, nor the files behind it."""
     try:
-        sink.write(batch)
+        sink.write([line.event for line in batch])
     except Exception as exc:
+        if _is_bad_data(exc):
+            if len(batch) == 1:
+                line = batch[0]
+                rejected.append(_rejected_line(source, line.number, line.raw,
+                                               f"refused by the sink: {exc}"))
+                return True
+            half = len(batch) // 2
+            return (_write(sink, batch[:half], claim, progress, source, rejected)
+                    and _write(sink, batch[half:], claim, progress, source, rejected))
         progress.errors.append(f"{claim}: sink failed: {exc!r}")
         rate_limited(logging.WARNING, "replay-sink", "ETT spool replay stopped: the sink "
                      "failed (%r); %s stays for a later replay", exc, claim)

@@ -39,7 +39,7 @@ from airflow_ett.emit._log import logger, rate_limited
 from airflow_ett.emit.ids import IdSource
 from airflow_ett.emit.sinks import EventSink
 from airflow_ett.emit.spool import ReplayProgress, SpoolWriter, iter_replay, write_rejected
-from airflow_ett.ett.events import Event, event_from_dict, event_to_dict, event_to_json
+from airflow_ett.ett.events import Event, event_to_json, validate_event
 
 DEFAULT_BATCH_SIZE: Final = 500
 DEFAULT_LINGER: Final = 0.5
@@ -223,26 +223,32 @@ class _SinkThread:
 
 
 def _validate(events: list[Event]) -> tuple[list[Event], list[dict[str, object]]]:
-    """Round-trip each event through the parser: the types and rules a reader enforces.
+    """Each event through the reader's rules (`validate_event`), one by one.
 
     msgspec does not check types when a Struct is built in Python, so a wrong value
-    (a tensor for `loss`, a failed attempt without cause) would otherwise reach the store
-    and fail a whole batch there, or be counted wrong. Done here, off the caller's thread.
+    (a tensor for `loss`, a failed attempt without cause, a NUL in a job id) would
+    otherwise reach the store and fail the whole batch there, or the spool's encoder and
+    lose it. The result is exactly what the store and the spool can write (free text
+    escaped). Done here, off the caller's thread.
     """
     good: list[Event] = []
     bad: list[dict[str, object]] = []
     for event in events:
         try:
-            good.append(event_from_dict(event_to_dict(event)))
+            good.append(validate_event(event))
         except Exception as exc:
-            bad.append({"error": str(exc) or repr(exc), "text": _as_text(event)})
+            bad.append(_rejection(event, exc))
     return good, bad
+
+
+def _rejection(event: Event, exc: BaseException) -> dict[str, object]:
+    return {"error": str(exc) or repr(exc), "text": _as_text(event)}
 
 
 def _as_text(event: Event) -> str:
     try:
         return event_to_json(event)
-    except Exception:  # unencodable values (a tensor for a float): keep what we can
+    except Exception:  # unencodable values (a tensor for a float, a surrogate): keep repr
         return repr(event)
 
 
@@ -314,7 +320,15 @@ class BackgroundWriter:
     def _overflow(self, event: Event) -> None:
         closed = self._closing
         try:
-            self._spool.append([event], sync=closed)
+            event = validate_event(event)  # the spool holds only what replay can read
+        except Exception as exc:
+            self._reject([_rejection(event, exc)])
+            return
+        try:
+            unwritable = self._spool.append([event], sync=closed)
+            if unwritable:
+                self._reject([_rejection(e, exc) for e, exc in unwritable])
+                return
         except Exception as exc:
             self.stats.dropped += 1
             rate_limited(logging.ERROR, "spool-failed", "ETT spool %s is not writable (%r): "
@@ -402,6 +416,12 @@ class BackgroundWriter:
             self._inflight = None
             more, markers = self._pop_locked(limit=None, stop_at_marker=False)
             events.extend(more)
+        if events:
+            # Queued events (and a batch taken but not yet checked) are not validated:
+            # the spool must hold only what replay can read.
+            events, bad = _validate(events)
+            if bad:
+                self._reject(bad)
         if events:
             rate_limited(logging.WARNING, "rescue", "ETT emit: the writer did not finish in "
                          "time (%.1fs); spooling %d pending event(s)", self.emit_timeout,
@@ -546,13 +566,17 @@ class BackgroundWriter:
 
     def _spill_events(self, events: list[Event]) -> None:
         try:
-            self._spool.append(events, sync=True)
+            # An event that cannot be encoded comes back alone: its batch-mates are
+            # written, and the reason given is its own, not the spool's.
+            unwritable = self._spool.append(events, sync=True)
         except Exception as exc:
             self.stats.dropped += len(events)
             rate_limited(logging.ERROR, "spool-failed", "ETT spool %s is not writable (%r): "
                          "%d event(s) lost", self.spool_dir, exc, len(events))
             return
-        self.stats.spooled += len(events)
+        if unwritable:
+            self._reject([_rejection(e, exc) for e, exc in unwritable])
+        self.stats.spooled += len(events) - len(unwritable)
         self._needs_replay = True
 
     def _sync_spool(self) -> None:

@@ -12,6 +12,10 @@ version of this module; keep the two in step. Design choices worth knowing:
   `v` other than 1 is an error, since its meaning cannot be guessed.
 - Parsing never throws away good lines because of a bad one: it returns the events it
   could read and an error per line it could not, naming the line, field and value.
+- Every value must be one both store backends can hold the same way (`check_string`,
+  `check_time`, `Int64`): an identifier with NUL or a lone surrogate is an error, free
+  text has those escaped; times lie in [TS_MIN, TS_MAX); integers fit 64 bits signed.
+  Python-built events (the emitter's) go through the same rules by `validate_event`.
 """
 
 from __future__ import annotations
@@ -21,13 +25,27 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
 
 from airflow_ett.ett.phases import COMPONENTS, PHASES
 
 FORMAT_VERSION: Final = 1
+
+TS_MIN: Final = 946_684_800.0
+"""2000-01-01T00:00:00Z: no event time is earlier (a smaller value is a relative or
+monotonic clock read by mistake)."""
+TS_MAX: Final = 4_102_444_800.0
+"""2100-01-01T00:00:00Z: no event time is this late or later (a larger value is usually
+milliseconds, microseconds or nanoseconds; it would also break date arithmetic)."""
+MAX_DURATION_S: Final = TS_MAX - TS_MIN
+"""No duration (checkpoint seconds) can exceed the whole window times may lie in."""
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+"""An integer both backends (SQLite INTEGER, PostgreSQL BIGINT) and JSON readers hold."""
 
 FailureCause = Literal["preemption", "infra", "application", "unknown"]
 FAILURE_CAUSES: Final[tuple[str, ...]] = ("preemption", "infra", "application", "unknown")
@@ -53,6 +71,8 @@ class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", omit_de
     v: int = FORMAT_VERSION
 
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts",)
+    FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    """String fields that are prose, not identifiers: escaped (see `check_string`)."""
 
 
 class JobSubmitted(_Base, tag="job_submitted", frozen=True):
@@ -64,12 +84,16 @@ class JobSubmitted(_Base, tag="job_submitted", frozen=True):
     run_id: str | None = None
     attrs: dict[str, Any] = {}
 
+    FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"attrs"})
+
 
 class AttemptStarted(_Base, tag="attempt_started", frozen=True):
     """One start of the trainer process (an Airflow try, or an in-task restart)."""
 
     attempt: str
     host: str | None = None
+
+    FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"host"})
 
 
 class AttemptEnded(_Base, tag="attempt_ended", frozen=True):
@@ -84,10 +108,11 @@ class AttemptEnded(_Base, tag="attempt_ended", frozen=True):
     status: AttemptStatus
     cause: FailureCause | None = None
     detected_ts: float | None = None
-    exit_code: int | None = None
+    exit_code: Int64 | None = None
     message: str | None = None
 
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "detected_ts")
+    FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"message"})
 
 
 class PhaseStarted(_Base, tag="phase_started", frozen=True):
@@ -112,10 +137,10 @@ class Progress(_Base, tag="progress", frozen=True):
 
     attempt: str
     start_ts: float
-    step_start: int
-    step_end: int
-    cursor_start: int
-    cursor_end: int
+    step_start: Int64
+    step_end: Int64
+    cursor_start: Int64
+    cursor_end: Int64
     loss: float | None = None
 
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
@@ -128,11 +153,11 @@ class CheckpointSaved(_Base, tag="checkpoint_saved", frozen=True):
 
     attempt: str
     start_ts: float
-    step: int
-    cursor: int
+    step: Int64
+    cursor: Int64
     blocking_s: float
     total_s: float
-    bytes: int = 0
+    bytes: Int64 = 0
     final: bool = False
 
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
@@ -154,10 +179,12 @@ class TaskStateChanged(_Base, tag="task_state", frozen=True):
     dag_id: str
     task_id: str
     state: str
-    try_number: int = 0
-    map_index: int = -1
+    try_number: Int64 = 0
+    map_index: Int64 = -1
     source: TaskSource = "worker"
     message: str | None = None
+
+    FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"message"})
 
 
 class ModelPublished(_Base, tag="model_published", frozen=True):
@@ -211,11 +238,90 @@ class EventError(ValueError):
         where = f"line {line}: " if line is not None else ""
         what = ""
         if field is not None:
-            what = f"field '{field}': " if value is MISSING else f"field '{field}' = {value!r}: "
+            what = (f"field '{field}': " if value is MISSING
+                    else f"field '{field}' = {_short_repr(value)}: ")
         super().__init__(f"{where}{what}{message}")
 
     def at_line(self, line: int) -> EventError:
         return EventError(self.message, line=line, field=self.field, value=self.value)
+
+
+def _short_repr(value: Any, limit: int = 120) -> str:
+    """`repr` (ASCII-safe for NUL and surrogates), cut so an error stays one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 5]}...{text[-2:]}"
+
+
+def _text_flaw(value: str) -> str | None:
+    """What makes `value` unstorable, or None. PostgreSQL text cannot hold NUL, and a lone
+    surrogate is not UTF-8 at all (no driver or JSON encoder can write it)."""
+    if "\x00" in value:
+        return "contains a NUL character (\\x00)"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains a lone surrogate (not valid Unicode text)"
+    return None
+
+
+def escape_text(value: str) -> str:
+    """Free text made storable: a lone surrogate becomes its backslash form (`\\udcff`), a
+    NUL becomes `\\x00`. Text that is already fine comes back unchanged (the same object)."""
+    if _text_flaw(value) is None:
+        return value
+    return (value.encode("utf-8", "backslashreplace").decode("utf-8")
+            .replace("\x00", "\\x00"))
+
+
+def check_string(field: str, value: str, *, free_text: bool = False) -> str:
+    """The one rule for every string of an event, on every path (parse, emitter, store).
+
+    Identifiers (ids, names, states, URIs) with a NUL or a lone surrogate are rejected: a
+    changed identifier would silently split or merge jobs, and the backends disagree on
+    them (SQLite stores NUL, PostgreSQL refuses it). Free text (`message`, `host`, `attrs`)
+    is escaped instead, since losing a whole event over a log message would be worse.
+    """
+    if free_text:
+        return escape_text(value)
+    flaw = _text_flaw(value)
+    if flaw is not None:
+        raise EventError(flaw, field=field, value=value)
+    return value
+
+
+def _escape_nested(value: Any) -> Any:
+    """`escape_text` on every string inside a JSON value, dictionary keys included."""
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, dict):
+        return {escape_text(k) if isinstance(k, str) else k: _escape_nested(v)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escape_nested(v) for v in value]
+    return value
+
+
+def _time_hint(seconds: float) -> str:
+    for unit, scale in (("milliseconds", 1000), ("microseconds", 10**6),
+                        ("nanoseconds", 10**9)):
+        if TS_MIN <= seconds / scale < TS_MAX:
+            return f"; it looks like {unit} (divide by {scale}): Unix seconds are expected"
+    if 0 <= seconds < 1e8:  # under three years: seconds since boot, or since the start
+        return ("; it looks like a relative or monotonic clock: Unix seconds (time.time()) "
+                "are expected")
+    return ""
+
+
+def check_time(field: str, value: Any, seconds: float) -> None:
+    """Event times must lie in [TS_MIN, TS_MAX): anything else cannot be a real training
+    job's time, and a year past 9999 breaks every date conversion downstream."""
+    if math.isnan(seconds) or (math.isinf(seconds) and isinstance(value, float)):
+        raise EventError("time must be finite", field=field, value=value)
+    if not TS_MIN <= seconds < TS_MAX:
+        raise EventError(
+            f"time out of range: Unix seconds must be in [{TS_MIN:.0f}, {TS_MAX:.0f}) "
+            f"(2000-01-01 to 2100-01-01 UTC){_time_hint(seconds)}", field=field, value=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +341,10 @@ def _to_seconds(field: str, value: Any) -> Any:
         if parsed.tzinfo is None:
             raise EventError("ISO-8601 time needs a zone (e.g. 'Z' or '+00:00')",
                              field=field, value=value)
-        return parsed.timestamp()
+        try:
+            return parsed.timestamp()
+        except (OverflowError, ValueError):
+            raise EventError("time out of range", field=field, value=value) from None
     return value
 
 
@@ -273,10 +382,25 @@ def event_from_dict(obj: Any) -> Event:
     if version != FORMAT_VERSION:
         raise EventError(f"unsupported format version (this reader knows {FORMAT_VERSION})",
                          field="v", value=version)
-    fields = dict(obj)
+    # Only the fields of the type: unknown ones are ignored anyway, so they are not checked.
+    fields = {name: obj[name] for name in ("type", *cls.__struct_fields__) if name in obj}
+    free = cls.FREE_TEXT_FIELDS
+    for name, value in fields.items():
+        if isinstance(value, str):
+            fields[name] = check_string(name, value, free_text=name in free)
+        elif name in free and isinstance(value, dict | list):
+            fields[name] = _escape_nested(value)
     for name in cls.TIME_FIELDS:
-        if fields.get(name) is not None:
-            fields[name] = _to_seconds(name, fields[name])
+        raw = fields.get(name)
+        if raw is not None:
+            seconds = _to_seconds(name, raw)
+            if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+                try:
+                    seconds = float(seconds)
+                except OverflowError:  # an integer too big for any float
+                    seconds = math.inf
+                check_time(name, raw, seconds)
+            fields[name] = seconds
     try:
         event: Event = msgspec.convert(fields, cls, strict=True)
     except msgspec.ValidationError as exc:
@@ -286,6 +410,9 @@ def event_from_dict(obj: Any) -> Event:
             field = msg.split("`")[1] if "`" in msg else None
             raise EventError("required field is missing", field=field) from None
         text = msg.split(" - at ")[0]
+        if text.startswith(("Expected `int` <=", "Expected `int` >=")):
+            text = (f"integer out of range: must fit 64 bits signed "
+                    f"[{INT64_MIN}, {INT64_MAX}]")
         raise EventError(text, field=field,
                          value=_lookup(obj, field) if field else MISSING) from None
     _check_semantics(event)
@@ -317,8 +444,9 @@ def _check_semantics(e: Event) -> None:
     elif isinstance(e, CheckpointSaved):
         for name in ("blocking_s", "total_s"):
             value = getattr(e, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise EventError("must be a finite number >= 0", field=name, value=value)
+            if not (math.isfinite(value) and 0 <= value <= MAX_DURATION_S):
+                raise EventError(f"must be a number of seconds in [0, {MAX_DURATION_S:.0f}]",
+                                 field=name, value=value)
         if e.bytes < 0:
             raise EventError("must be >= 0", field="bytes", value=e.bytes)
     elif isinstance(e, AttemptEnded):
@@ -365,12 +493,28 @@ def event_to_json(event: Event) -> str:
     return _ENCODER.encode(event_to_dict(event)).decode()
 
 
+def validate_event(event: Event) -> Event:
+    """A Python-built event checked by the very rules a reader applies, or `EventError`.
+
+    msgspec checks nothing when a Struct is built in Python, so the emitter sends its
+    events through here: the result is what a reader of its JSON would get (free text
+    escaped), so it can always be encoded, spooled and stored.
+    """
+    try:
+        obj = msgspec.to_builtins(event)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EventError(f"a value cannot be written as JSON: {exc}") from None
+    return event_from_dict(obj)
+
+
 def parse_line(text: str | bytes) -> Event:
     try:
         obj = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise EventError(f"not valid JSON: {exc.msg if hasattr(exc, 'msg') else exc}") \
             from None
+    except RecursionError:
+        raise EventError("not valid JSON: nested too deeply") from None
     return event_from_dict(obj)
 
 
@@ -394,5 +538,6 @@ def parse_lines(lines: Iterable[str | bytes]) -> ParseResult:
 
 
 def read_events(path: str) -> ParseResult:
-    with open(path, encoding="utf-8") as fh:
+    # Bytes, not text: a line that is not UTF-8 is then that line's error, not the file's.
+    with open(path, "rb") as fh:
         return parse_lines(fh)

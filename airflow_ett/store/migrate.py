@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy.exc import DBAPIError
 
 from airflow_ett.store.engine import make_engine, writer
-from airflow_ett.store.errors import StoreError, translate
+from airflow_ett.store.errors import StoreError, sqlite_path, translate
 from airflow_ett.store.schema import VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
     from alembic import command
 
     url = _store_url(url)
-    engine = make_engine(url)
+    engine = make_engine(url, create=True)  # the one caller that may create a SQLite file
     try:
         command.upgrade(make_config(url, writer(engine)), revision)
     except DBAPIError as exc:
@@ -74,11 +74,18 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
 
 
 def current(url: str | None = None) -> str | None:
-    """The revision the store at `url` is at; None for a database never upgraded."""
+    """The revision the store at `url` is at; None for a database never upgraded.
+
+    A SQLite file that does not exist was never upgraded either: None, and no file made.
+    """
     from alembic.runtime.migration import MigrationContext
 
     url = _store_url(url)
     engine = make_engine(url)
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        engine.dispose()
+        return None
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})

@@ -16,6 +16,8 @@ import sys
 from airflow_ett.emit import Emitter, JsonlSink
 from airflow_ett.emit.sinks import EventSink
 
+T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+
 
 def main() -> None:
     spec, spool_dir, job, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -26,13 +28,13 @@ def main() -> None:
                  linger=30.0, batch_size=100_000)
     first = n // 2 if fork else n
     for i in range(first):
-        em.progress(i, i + 1, i, i + 1, start_ts=float(i), end_ts=float(i) + 0.5)
+        em.progress(i, i + 1, i, i + 1, start_ts=T + i, end_ts=T + i + 0.5)
     if not fork:
         return
     pid = os.fork()
     if pid == 0:
         for i in range(first, n):
-            em.progress(i, i + 1, i, i + 1, start_ts=float(i), end_ts=float(i) + 0.5)
+            em.progress(i, i + 1, i, i + 1, start_ts=T + i, end_ts=T + i + 0.5)
         writer = em.writer
         assert writer is not None
         ok = em.flush(5.0)

@@ -21,10 +21,12 @@ from tests.emit.conftest import (
     wait_until,
 )
 
+T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+
 
 def emit_progress(em: Emitter, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
-        em.progress(i, i + 1, i, i + 1, start_ts=float(i), end_ts=float(i) + 0.5)
+        em.progress(i, i + 1, i, i + 1, start_ts=T + i, end_ts=T + i + 0.5)
 
 
 def test_failing_sink_spools_and_replay_inserts_each_event_once(
@@ -84,7 +86,7 @@ def test_full_queue_spools_instead_of_blocking(dest: Destination, spool_dir: Pat
     worst = 0.0
     for i in range(300):
         start = time.perf_counter()
-        em.progress(i, i + 1, i, i + 1, start_ts=1.0, end_ts=2.0)
+        em.progress(i, i + 1, i, i + 1, start_ts=T + 1.0, end_ts=T + 2.0)
         worst = max(worst, time.perf_counter() - start)
     assert worst < 0.5  # an append to the spool, never a wait on the sink stuck for good
     assert em.stats().overflowed >= 250

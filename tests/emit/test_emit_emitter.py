@@ -22,6 +22,8 @@ from airflow_ett.ett.events import (
 )
 from tests.emit.conftest import ControlledSink, CountingSink, Destination, spool_files
 
+T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+
 
 def make(sink: object, spool_dir: Path, **kwargs: object) -> Emitter:
     kwargs.setdefault("emit_timeout", 5.0)
@@ -34,19 +36,19 @@ def test_events_reach_the_sink_in_order_with_all_fields(dest: Destination,
     sink = ControlledSink(dest.sink())
     em = make(sink, spool_dir, batch_size=3)  # several batches: order must hold across them
     em.job_submitted(tenant="ads", model="dlrm", dag_id="d", run_id="r", attrs={"k": 1},
-                     ts=100.0)
-    em.attempt_started(host="h1", ts=101.0)
+                     ts=T + 100.0)
+    em.attempt_started(host="h1", ts=T + 101.0)
     with em.phase("model_creation"):
         pass
-    em.phase_start("my_phase", component="initialization", ts=102.0)
-    em.phase_end("my_phase", ts=103.0)
-    em.progress(0, 10, 0, 640, start_ts=104.0, end_ts=105.0, loss=0.5)
-    em.checkpoint(10, 640, start_ts=105.0, blocking_s=0.25, total_s=2.0, bytes=123,
-                  final=True, ts=107.0)
-    em.attempt_ended("failed", cause="preemption", detected_ts=107.5, exit_code=143,
-                     message="preempted", ts=108.0)
-    em.job_ended("failed", ts=109.0)
-    em.model_published("s3://m", ts=110.0)
+    em.phase_start("my_phase", component="initialization", ts=T + 102.0)
+    em.phase_end("my_phase", ts=T + 103.0)
+    em.progress(0, 10, 0, 640, start_ts=T + 104.0, end_ts=T + 105.0, loss=0.5)
+    em.checkpoint(10, 640, start_ts=T + 105.0, blocking_s=0.25, total_s=2.0, bytes=123,
+                  final=True, ts=T + 107.0)
+    em.attempt_ended("failed", cause="preemption", detected_ts=T + 107.5, exit_code=143,
+                     message="preempted", ts=T + 108.0)
+    em.job_ended("failed", ts=T + 109.0)
+    em.model_published("s3://m", ts=T + 110.0)
     assert em.flush()
     em.close()
 
@@ -59,9 +61,9 @@ def test_events_reach_the_sink_in_order_with_all_fields(dest: Destination,
     assert kinds == [JobSubmitted, AttemptStarted, PhaseStarted, PhaseEnded, PhaseStarted,
                      PhaseEnded, Progress, CheckpointSaved, AttemptEnded, JobEnded,
                      ModelPublished]
-    assert events[0] == JobSubmitted(id=sent[0], job="job-1", ts=100.0, tenant="ads",
+    assert events[0] == JobSubmitted(id=sent[0], job="job-1", ts=T + 100.0, tenant="ads",
                                      model="dlrm", dag_id="d", run_id="r", attrs={"k": 1})
-    assert events[1] == AttemptStarted(id=sent[1], job="job-1", ts=101.0, attempt="att-1",
+    assert events[1] == AttemptStarted(id=sent[1], job="job-1", ts=T + 101.0, attempt="att-1",
                                        host="h1")
     start, end = events[2], events[3]
     assert isinstance(start, PhaseStarted) and isinstance(end, PhaseEnded)
@@ -70,18 +72,18 @@ def test_events_reach_the_sink_in_order_with_all_fields(dest: Destination,
     assert start.span and start.span == end.span and end.ts >= start.ts
     assert isinstance(events[4], PhaseStarted) and isinstance(events[5], PhaseEnded)
     assert events[4].component == "initialization" and events[4].span == events[5].span
-    assert (events[4].ts, events[5].ts) == (102.0, 103.0)
-    assert events[6] == Progress(id=sent[6], job="job-1", ts=105.0, attempt="att-1",
-                                 start_ts=104.0, step_start=0, step_end=10, cursor_start=0,
+    assert (events[4].ts, events[5].ts) == (T + 102.0, T + 103.0)
+    assert events[6] == Progress(id=sent[6], job="job-1", ts=T + 105.0, attempt="att-1",
+                                 start_ts=T + 104.0, step_start=0, step_end=10, cursor_start=0,
                                  cursor_end=640, loss=0.5)
-    assert events[7] == CheckpointSaved(id=sent[7], job="job-1", ts=107.0, attempt="att-1",
-                                        start_ts=105.0, step=10, cursor=640, blocking_s=0.25,
+    assert events[7] == CheckpointSaved(id=sent[7], job="job-1", ts=T + 107.0, attempt="att-1",
+                                        start_ts=T + 105.0, step=10, cursor=640, blocking_s=0.25,
                                         total_s=2.0, bytes=123, final=True)
-    assert events[8] == AttemptEnded(id=sent[8], job="job-1", ts=108.0, attempt="att-1",
-                                     status="failed", cause="preemption", detected_ts=107.5,
+    assert events[8] == AttemptEnded(id=sent[8], job="job-1", ts=T + 108.0, attempt="att-1",
+                                     status="failed", cause="preemption", detected_ts=T + 107.5,
                                      exit_code=143, message="preempted")
-    assert events[9] == JobEnded(id=sent[9], job="job-1", ts=109.0, status="failed")
-    assert events[10] == ModelPublished(id=sent[10], job="job-1", ts=110.0, uri="s3://m")
+    assert events[9] == JobEnded(id=sent[9], job="job-1", ts=T + 109.0, status="failed")
+    assert events[10] == ModelPublished(id=sent[10], job="job-1", ts=T + 110.0, uri="s3://m")
     assert not spool_files(spool_dir)
 
 
@@ -143,7 +145,7 @@ def test_ids_are_unique_across_threads_and_emitters(spool_dir: Path) -> None:
 
     def work(em: Emitter) -> None:
         for i in range(2000):
-            em.progress(i, i + 1, i, i + 1, start_ts=1.0, end_ts=2.0)
+            em.progress(i, i + 1, i, i + 1, start_ts=T + 1.0, end_ts=T + 2.0)
 
     pool = [threading.Thread(target=work, args=(em,)) for em in ems for _ in range(3)]
     for t in pool:
@@ -161,12 +163,12 @@ def test_disabled_is_a_cheap_no_op(spool_dir: Path, monkeypatch: pytest.MonkeyPa
     sink = CountingSink()
     em = Emitter("j", "a", sink=sink, spool_dir=spool_dir, disabled=True)
     for i in range(2_000):
-        em.progress(i, i + 1, i, i + 1, start_ts=1.0)
+        em.progress(i, i + 1, i, i + 1, start_ts=T + 1.0)
         with em.phase("stall"):
             pass
     em.job_submitted()
     em.attempt_ended("failed", cause="infra")
-    em.emit(JobEnded(id="x", job="j", ts=1.0, status="success"))
+    em.emit(JobEnded(id="x", job="j", ts=T + 1.0, status="success"))
     assert em.flush() and em.close()
     assert not em.enabled
     assert set(threading.enumerate()) - before == set()  # no thread was started
@@ -216,7 +218,7 @@ def test_bound_views_share_one_writer(spool_dir: Path) -> None:
     assert set(threading.enumerate()) - before == set()
     a.attempt_started(host="x")
     b.attempt_started(host="y")
-    em.progress(0, 1, 0, 1, start_ts=1.0)  # no job: logged, not recorded
+    em.progress(0, 1, 0, 1, start_ts=T + 1.0)  # no job: logged, not recorded
     assert b.close()  # a view's close only flushes
     assert em.writer is not None and not em.writer._stopping
     em.close()
@@ -241,8 +243,8 @@ def test_invalid_events_are_kept_aside_not_sent(spool_dir: Path,
     sink = CountingSink()
     em = make(sink, spool_dir)
     em.attempt_ended("failed")  # a failure needs a cause
-    em.progress(5, 1, 0, 1, start_ts=1.0)  # steps go backwards
-    em.progress(0, 1, 0, 1, start_ts=1.0, loss="low")  # type: ignore[arg-type]
+    em.progress(5, 1, 0, 1, start_ts=T + 1.0)  # steps go backwards
+    em.progress(0, 1, 0, 1, start_ts=T + 1.0, loss="low")  # type: ignore[arg-type]
     em.job_ended("success")
     em.close()
     assert [type(e) for e in sink.events] == [JobEnded]

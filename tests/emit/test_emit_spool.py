@@ -19,11 +19,13 @@ from airflow_ett.emit.spool import SpoolWriter
 from airflow_ett.ett.events import Event, JobEnded, Progress, event_to_json
 from tests.emit.conftest import CountingSink, Destination, spool_files
 
+T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+
 DEAD_PID = 999_999_999  # names only; liveness is decided by the lock
 
 
 def progress(i: int, job: str = "job-1") -> Progress:
-    return Progress(id=f"e-{job}-{i}", job=job, ts=float(i) + 1, attempt="a", start_ts=float(i),
+    return Progress(id=f"e-{job}-{i}", job=job, ts=T + i + 1, attempt="a", start_ts=T + i,
                     step_start=i, step_end=i + 1, cursor_start=i, cursor_end=i + 1)
 
 
@@ -188,7 +190,7 @@ junk = st.one_of(
             min_size=1, max_size=30).filter(lambda s: s.strip() != ""),
     st.builds(lambda i: json.dumps({"type": "progress", "id": f"j{i}", "job": "j"}),
               st.integers(0, 100)),
-    st.just('{"type": "nope", "id": "x", "job": "j", "ts": 1}'),
+    st.just('{"type": "nope", "id": "x", "job": "j", "ts": 1795856001}'),
 )
 
 
@@ -204,7 +206,7 @@ def test_replay_delivers_the_good_lines_and_keeps_every_bad_one(
     for item in layout:
         if isinstance(item, int):
             event: Event = (progress(item) if item % 2
-                            else JobEnded(id=f"end-{item}", job="j", ts=1.0, status="success"))
+                            else JobEnded(id=f"end-{item}", job="j", ts=T + 1.0, status="success"))
             good.append(event)
             lines.append(event_to_json(event))
         else:

@@ -19,8 +19,9 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
 
-GOOD = {"type": "progress", "id": "p1", "job": "j", "ts": 2.0, "attempt": "1",
-        "start_ts": 1.0, "step_start": 0, "step_end": 10, "cursor_start": 0, "cursor_end": 64}
+T0 = 1_795_856_000.0  # 2026-11-28, inside the time bounds
+GOOD = {"type": "progress", "id": "p1", "job": "j", "ts": T0 + 2, "attempt": "1",
+        "start_ts": T0 + 1, "step_start": 0, "step_end": 10, "cursor_start": 0, "cursor_end": 64}
 
 
 def line(**changes: object) -> str:
@@ -39,7 +40,7 @@ def test_every_simulated_event_round_trips_through_json() -> None:
 
 
 def test_task_state_round_trips_and_names_a_bad_source() -> None:
-    text = json.dumps({"type": "task_state", "id": "t1", "job": "d__r", "ts": 5.0,
+    text = json.dumps({"type": "task_state", "id": "t1", "job": "d__r", "ts": 1795856005.0,
                        "dag_id": "d", "task_id": "train", "state": "up_for_retry",
                        "try_number": 2, "source": "scheduler", "message": "killed"})
     event = parse_line(text)
@@ -60,27 +61,27 @@ def test_iso_times_with_zone_are_accepted() -> None:
         (line(cursor_end="x"), "line 1: field 'cursor_end' = 'x': Expected `int`, got `str`"),
         (line(cursor_end=...), "line 1: field 'cursor_end': required field is missing"),
         (line(cursor_end=-5), "field 'cursor_end' = -5: must be >= cursor_start (0)"),
-        (line(ts=0.5), "field 'ts' = 0.5: span ends before it starts"),
+        (line(ts=T0 + 0.5), "field 'ts' = 1795856000.5: span ends before it starts"),
         (line(ts="2026-11-28 10:00"), "field 'ts' = '2026-11-28 10:00': ISO-8601 time needs"),
         (line(ts="yesterday"), "field 'ts' = 'yesterday': not an ISO-8601 time"),
         (line(type="progess"), "field 'type' = 'progess': unknown event type"),
         (line(v=2), "field 'v' = 2: unsupported format version"),
         (line(id=""), "field 'id' = '': must not be empty"),
-        ('{"type": "attempt_ended", "id": "a", "job": "j", "ts": 1, "attempt": "1", '
+        ('{"type": "attempt_ended", "id": "a", "job": "j", "ts": 1795856001, "attempt": "1", '
          '"status": "failed"}', "field 'cause': a failed attempt needs a cause"),
-        ('{"type": "attempt_ended", "id": "a", "job": "j", "ts": 1, "attempt": "1", '
+        ('{"type": "attempt_ended", "id": "a", "job": "j", "ts": 1795856001, "attempt": "1", '
          '"status": "failed", "cause": "gremlins"}', "field 'cause' = 'gremlins'"),
-        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1, "phase": "my_phase"}',
+        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1795856001, "phase": "my_phase"}',
          "field 'phase' = 'my_phase': unknown phase; name a registered phase or declare"),
-        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1, "phase": "replay"}',
+        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1795856001, "phase": "replay"}',
          "field 'phase' = 'replay': this phase is derived"),
-        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1, "phase": "compile", '
+        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1795856001, "phase": "compile", '
          '"component": "shutdown"}', "phase 'compile' belongs to 'compilation'"),
-        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1, "phase": "mine", '
+        ('{"type": "phase_started", "id": "a", "job": "j", "ts": 1795856001, "phase": "mine", '
          '"component": "effective_training"}', "effective time comes only from progress"),
-        ('{"type": "checkpoint_saved", "id": "c", "job": "j", "ts": 3, "attempt": "1", '
-         '"start_ts": 1, "step": 1, "cursor": 1, "blocking_s": -1, "total_s": 2}',
-         "field 'blocking_s' = -1.0: must be a finite number >= 0"),
+        ('{"type": "checkpoint_saved", "id": "c", "job": "j", "ts": 1795856003, "attempt": "1", '
+         '"start_ts": 1795856001, "step": 1, "cursor": 1, "blocking_s": -1, "total_s": 2}',
+         "field 'blocking_s' = -1.0: must be a number of seconds in [0, "),
         ("{not json", "line 1: not valid JSON"),
         ("[1, 2]", "an event must be a JSON object, got list"),
     ],
@@ -100,7 +101,7 @@ def test_bad_lines_do_not_discard_good_ones() -> None:
 
 
 def test_custom_phase_with_declared_component_and_unknown_fields() -> None:
-    e = parse_line('{"type": "phase_started", "id": "a", "job": "j", "ts": 1, '
+    e = parse_line('{"type": "phase_started", "id": "a", "job": "j", "ts": 1795856001, '
                    '"phase": "feature_store_warmup", "component": "initialization", '
                    '"my_extra": {"x": 1}}')
     assert e.component == "initialization"  # type: ignore[union-attr]

@@ -22,7 +22,7 @@ STEPS = 60
 def test_concurrent_writers_overlapping_sets(store_url: str) -> None:
     rng = random.Random(7)
     everything = [event_to_dict(e) for j in range(JOBS)
-                  for e in job_events(f"cj{j}", steps=STEPS, t0=1000.0 * j)]
+                  for e in job_events(f"cj{j}", steps=STEPS, t0=1_700_000_000.0 + 1000.0 * j)]
     # Each event goes to 2..4 writers, so every write races with others on the same ids
     # and the same job rows; batches mix jobs and arrive in each writer's own order.
     shares: list[list[dict[str, object]]] = [[] for _ in range(WRITERS)]
@@ -57,11 +57,11 @@ def test_concurrent_writers_overlapping_sets(store_url: str) -> None:
         assert len(set(seqs)) == len(seqs)
         for j in range(JOBS):
             row = store.get_job(f"cj{j}")
-            expected = job_events(f"cj{j}", steps=STEPS, t0=1000.0 * j)
+            expected = job_events(f"cj{j}", steps=STEPS, t0=1_700_000_000.0 + 1000.0 * j)
             assert row is not None
             assert row.version == len(expected) == store.count_events(f"cj{j}")
             assert (row.status, row.ended_ts, row.submitted_ts) == (
-                "success", expected[-1].ts, 1000.0 * j)
+                "success", expected[-1].ts, 1_700_000_000.0 + 1000.0 * j)
             stored = store.job_events(f"cj{j}")
             assert [e.ts for e in stored] == sorted(e.ts for e in expected)
             assert sorted(stored, key=lambda e: e.id) == sorted(expected, key=lambda e: e.id)

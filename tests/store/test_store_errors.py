@@ -62,11 +62,15 @@ def test_unreachable_postgres_is_unavailable() -> None:
 
 
 def test_unwritable_sqlite_path_is_unavailable(tmp_path: Path) -> None:
+    # Only upgrade creates a SQLite file and its folders; the store itself never does.
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     with pytest.raises(StoreUnavailable, match="cannot create") as caught:
-        EttStore(f"sqlite:///{blocker / 'ett.db'}")
+        upgrade(f"sqlite:///{blocker / 'ett.db'}")
     assert "\n" not in str(caught.value)
+    with EttStore(f"sqlite:///{blocker / 'ett.db'}") as store, \
+            pytest.raises(StoreError, match="does not exist"):
+        store.ping()
 
 
 def test_sqlite_path_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:

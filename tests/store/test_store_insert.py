@@ -15,6 +15,8 @@ from airflow_ett.ett.events import Event, JobEnded, JobSubmitted, Progress
 from airflow_ett.store import EttStore, JobRow
 from airflow_ett.store.schema import events as events_table
 
+T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+
 
 def test_same_events_twice_count_once(store: EttStore) -> None:
     evs = job_events("j1")
@@ -43,21 +45,21 @@ def test_overlapping_batches_count_only_the_new_ones(store: EttStore) -> None:
 
 
 def test_first_stored_version_of_an_id_wins(store: EttStore) -> None:
-    first = JobSubmitted(id="same", job="j1", ts=10.0, tenant="a")
-    second = JobSubmitted(id="same", job="j1", ts=5.0, tenant="b")
+    first = JobSubmitted(id="same", job="j1", ts=T + 10.0, tenant="a")
+    second = JobSubmitted(id="same", job="j1", ts=T + 5.0, tenant="b")
     assert store.insert_events([first, second]) == 1
     assert store.insert_events([second]) == 0
     assert store.job_events("j1") == [first]
 
 
 def test_job_row_follows_submission_and_end(store: EttStore) -> None:
-    evs = job_events("j1", t0=1000.0, tenant="ads", model="m1", dag_id="d1")
+    evs = job_events("j1", t0=T + 1000.0, tenant="ads", model="m1", dag_id="d1")
     *body, attempt_end, end = evs
     store.insert_events(body)
     running = store.get_job("j1")
     assert running == JobRow(
         job="j1", tenant="ads", model="m1", dag_id="d1", run_id="run-j1",
-        submitted_ts=1000.0, ended_ts=None, status="running",
+        submitted_ts=T + 1000.0, ended_ts=None, status="running",
         last_event_ts=max(e.ts for e in body), version=len(body),
     )
     store.insert_events([attempt_end, end])
@@ -65,30 +67,30 @@ def test_job_row_follows_submission_and_end(store: EttStore) -> None:
     assert done is not None
     assert (done.ended_ts, done.status, done.version) == (end.ts, "success", len(evs))
     assert done.last_event_ts == end.ts
-    assert done.submitted_ts == 1000.0 and done.tenant == "ads"
+    assert done.submitted_ts == T + 1000.0 and done.tenant == "ads"
 
 
 def test_job_row_exists_before_its_submission_arrives(store: EttStore) -> None:
-    progress = Progress(id="p", job="j1", ts=20.0, attempt="a", start_ts=19.0,
+    progress = Progress(id="p", job="j1", ts=T + 20.0, attempt="a", start_ts=T + 19.0,
                         step_start=0, step_end=1, cursor_start=0, cursor_end=1)
     store.insert_events([progress])
     early = store.get_job("j1")
     assert early is not None
     assert (early.tenant, early.submitted_ts, early.status, early.version) == (
         None, None, "running", 1)
-    store.insert_events([JobSubmitted(id="s", job="j1", ts=10.0, tenant="t", model="m")])
+    store.insert_events([JobSubmitted(id="s", job="j1", ts=T + 10.0, tenant="t", model="m")])
     late = store.get_job("j1")
     assert late is not None
     assert (late.tenant, late.model, late.submitted_ts, late.last_event_ts, late.version) == (
-        "t", "m", 10.0, 20.0, 2)
+        "t", "m", T + 10.0, T + 20.0, 2)
 
 
 def test_earliest_submission_and_latest_end_win_in_any_order(store: EttStore) -> None:
     def lifecycle(job: str) -> list[Event]:
-        return [JobSubmitted(id=f"{job}/s1", job=job, ts=10.0, tenant="first"),
-                JobSubmitted(id=f"{job}/s2", job=job, ts=20.0, tenant="second"),
-                JobEnded(id=f"{job}/e1", job=job, ts=30.0, status="failed"),
-                JobEnded(id=f"{job}/e2", job=job, ts=40.0, status="success")]
+        return [JobSubmitted(id=f"{job}/s1", job=job, ts=T + 10.0, tenant="first"),
+                JobSubmitted(id=f"{job}/s2", job=job, ts=T + 20.0, tenant="second"),
+                JobEnded(id=f"{job}/e1", job=job, ts=T + 30.0, status="failed"),
+                JobEnded(id=f"{job}/e2", job=job, ts=T + 40.0, status="success")]
 
     early_sub, late_sub, early_end, late_end = lifecycle("x")
     store.insert_events([late_sub, late_end])
@@ -100,12 +102,12 @@ def test_earliest_submission_and_latest_end_win_in_any_order(store: EttStore) ->
         row = store.get_job(job)
         assert row is not None
         assert (row.tenant, row.submitted_ts, row.status, row.ended_ts, row.version) == (
-            "first", 10.0, "success", 40.0, 4)
+            "first", T + 10.0, "success", T + 40.0, 4)
 
 
 def test_seq_records_ingest_order(store: EttStore) -> None:
-    store.insert_events(job_events("late", t0=5000.0))
-    store.insert_events(job_events("early", t0=1000.0))
+    store.insert_events(job_events("late", t0=T + 5000.0))
+    store.insert_events(job_events("early", t0=T + 1000.0))
     with store.engine.connect() as conn:
         rows = conn.execute(sa.select(events_table.c.job, events_table.c.seq)
                             .order_by(events_table.c.seq)).all()

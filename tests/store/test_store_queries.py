@@ -90,7 +90,7 @@ def test_job_events_keep_iso_times_and_extra_fields(store: EttStore) -> None:
 
 def test_equal_times_come_back_in_ingest_order(store: EttStore) -> None:
     events: list[Event] = [
-        Progress(id=f"z{i}", job="t", ts=100.0, attempt="a", start_ts=99.0, step_start=i,
+        Progress(id=f"z{i}", job="t", ts=T0 + 100.0, attempt="a", start_ts=T0 + 99.0, step_start=i,
                  step_end=i + 1, cursor_start=i, cursor_end=i + 1)
         for i in range(3)
     ]

@@ -79,7 +79,7 @@ def test_new_event_invalidates_the_cache(store: EttStore, fake_attribution: _Cou
     store.insert_events(evs)  # a replay changes nothing
     store.summary("j1")
     assert fake_attribution.calls == 1
-    late = Progress(id="late", job="j1", ts=1.0, attempt="a1", start_ts=0.5, step_start=0,
+    late = Progress(id="late", job="j1", ts=1.7e9, attempt="a1", start_ts=1.7e9, step_start=0,
                     step_end=1, cursor_start=0, cursor_end=1)
     store.insert_events([late])
     assert store.summary("j1")["events"] == len(evs) + 1
