@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Create or refresh the project's virtualenv, .venv, from constraints.txt. Idempotent:
-# when .venv already matches constraints.txt, pyproject.toml and this script (a hash kept
-# in .venv/.airflow-ett-setup) and its imports work, it does nothing.
+# when .venv already matches constraints.txt, pyproject.toml, this script and the chosen
+# interpreter (path and full version; a hash kept in .venv/.airflow-ett-setup) and its
+# imports work, it does nothing.
 #
-#   scripts/setup.sh        (or: make setup)
+#   scripts/setup.sh                               (or: make setup)
+#   PYTHON=/usr/bin/python3.11 scripts/setup.sh    (or: make setup PYTHON=/usr/bin/python3.11)
+#
+# The interpreter: $PYTHON when set (refused, with the reason, unless it is a Python 3.11
+# with the venv and ensurepip modules); otherwise the one the existing .venv was built
+# with, while it still works; otherwise python3.11, then python3, from PATH. A .venv built
+# with another interpreter than the chosen one is rebuilt.
 #
 # Steps: Python 3.11 check -> venv -> pip -> pip install -c constraints.txt -e ".[dev]"
 # -> pip install -c constraints.txt --no-deps torchrec (it declares the CUDA fbgemm-gpu;
@@ -23,16 +30,58 @@ die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
 py_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
 
-# 1. Python 3.11 (python3.11 if present, else python3).
+# "<real executable> <x.y.z>" of an interpreter, or nothing when it does not run.
+py_ident() {
+    "$1" -c 'import os, platform, sys; print(os.path.realpath(sys.executable), platform.python_version())' 2>/dev/null
+}
+
+# Why an interpreter cannot build the venv (empty when it can). Debian and Ubuntu ship
+# venv's ensurepip in a separate package, without which `python3.11 -m venv` fails.
+py_unfit() {
+    local cmd="$1" version error
+    if ! version="$(py_version "$cmd")"; then
+        error="$("$cmd" -c 'pass' 2>&1 | head -n 1 || true)"
+        echo "it does not run${error:+ ($error)}"
+        return
+    fi
+    if [ "$version" != "3.11" ]; then
+        echo "it is Python $version; airflow-ett needs Python 3.11 (e.g. apt-get install python3.11 python3.11-venv)"
+        return
+    fi
+    if ! "$cmd" -c 'import venv, ensurepip' 2>/dev/null; then
+        echo "it lacks the venv/ensurepip modules (on Debian/Ubuntu: apt-get install python3.11-venv)"
+    fi
+}
+
+# The interpreter the existing .venv was built with (pyvenv.cfg), when it still exists.
+venv_base() {
+    [ -f "$VENV/pyvenv.cfg" ] || return 0
+    sed -n 's/^executable *= *//p' "$VENV/pyvenv.cfg" | head -n 1
+}
+
+# 1. The interpreter: PYTHON, else the existing .venv's, else python3.11 / python3 on PATH.
 PY=""
-found=""
-for candidate in python3.11 python3; do
-    command -v "$candidate" >/dev/null 2>&1 || continue
-    version="$(py_version "$candidate")" || continue
-    if [ "$version" = "3.11" ]; then PY="$candidate"; break; fi
-    found="${found:+$found, }$candidate is $version"
-done
-[ -n "$PY" ] || die "airflow-ett needs Python 3.11 (python3.11 or python3 on PATH); found: ${found:-none}"
+if [ -n "${PYTHON:-}" ]; then
+    resolved="$(command -v -- "$PYTHON" 2>/dev/null || true)"
+    [ -n "$resolved" ] || die "PYTHON=$PYTHON: no such interpreter (install Python 3.11 with its venv module, e.g. apt-get install python3.11 python3.11-venv, or unset PYTHON to search PATH)"
+    why="$(py_unfit "$resolved")"
+    [ -z "$why" ] || die "PYTHON=$PYTHON ($resolved) refused: $why"
+    PY="$resolved"
+else
+    found=""
+    base="$(venv_base)"
+    for candidate in ${base:+"$base"} python3.11 python3; do
+        resolved="$(command -v -- "$candidate" 2>/dev/null || true)"
+        [ -n "$resolved" ] || continue
+        why="$(py_unfit "$resolved")"
+        if [ -z "$why" ]; then PY="$resolved"; break; fi
+        found="${found:+$found; }$candidate ($resolved): $why"
+    done
+    [ -n "$PY" ] || die "airflow-ett needs Python 3.11 with venv (python3.11 or python3 on PATH, or PYTHON=/path/to/python3.11); found: ${found:-none}"
+fi
+ident="$(py_ident "$PY")" || die "$PY does not run"
+PY="${ident% *}"
+say "using $PY (Python ${ident##* })"
 
 [ -f constraints.txt ] || die "constraints.txt is missing (regenerate it with scripts/update-constraints.sh)"
 
@@ -62,7 +111,7 @@ if cuda:
 PY
 }
 
-want="$(cat constraints.txt pyproject.toml scripts/setup.sh | "$PY" -c \
+want="$({ cat constraints.txt pyproject.toml scripts/setup.sh; echo "python: $ident"; } | "$PY" -c \
     'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 
 # 2. Nothing to do?
@@ -72,14 +121,23 @@ if [ -x "$VPY" ] && [ "$(py_version "$VPY")" = "3.11" ] && [ -f "$STAMP" ] \
     exit 0
 fi
 
-# 3. The venv itself: reuse a working 3.11 one, replace anything else.
-if [ -e "$VENV" ] && { [ ! -x "$VPY" ] || [ "$(py_version "$VPY" || true)" != "3.11" ]; }; then
-    say "existing .venv is broken or not Python 3.11: recreating it"
-    rm -rf "$VENV"
+# 3. The venv itself: reuse a working one of the chosen interpreter, replace anything else.
+if [ -e "$VENV" ]; then
+    have="$(py_ident "$VPY" || true)"
+    built_with="$(venv_base)"
+    if [ -z "$have" ] || [ "$(py_version "$VPY" || true)" != "3.11" ]; then
+        say "existing .venv is broken or not Python 3.11: recreating it"
+        rm -rf "$VENV"
+    elif [ "${have##* }" != "${ident##* }" ] \
+        || [ "$(realpath -m -- "${built_with:-?}")" != "$PY" ]; then
+        say "existing .venv was built with ${built_with:-an unknown interpreter} (Python ${have##* }): rebuilding it with $PY"
+        rm -rf "$VENV"
+    fi
 fi
 if [ ! -x "$VPY" ]; then
-    say "creating .venv with $PY ($("$PY" -V 2>&1))"
-    "$PY" -m venv "$VENV"
+    say "creating .venv with $PY"
+    "$PY" -m venv "$VENV" \
+        || die "$PY -m venv failed (on Debian/Ubuntu the venv module needs: apt-get install python3.11-venv)"
 else
     say "updating the existing .venv"
 fi

@@ -65,16 +65,33 @@ assumes it too: the coordinator renames the directory all ranks wrote into). Eac
 checksums its own data files (DCP names them `__<rank>_<n>.distcp`) and the coordinator
 gathers the lists into the marker, so that work is spread like the write; at restore the
 coordinator alone verifies (`verify="size"` skips the re-read for huge checkpoints).
+
+Checkpoints are read as untrusted input
+---------------------------------------
+A commit marker's CRCs catch damage, not tampering: anyone who can write the checkpoint
+directory can also rewrite the marker. DCP itself reads `.metadata` with a plain
+`pickle.load` and non-tensor leaves (optimizer hyperparameters, say) with
+`torch.load(weights_only=False)`, so a crafted checkpoint ran code in the restoring process
+(train and publish hosts). Every read here therefore goes through `SafeFileSystemReader`,
+whose unpickler admits only DCP's metadata classes, torch sizes, dtypes, layouts and
+memory formats, `pathlib` paths and plain builtins (`METADATA_GLOBALS`), and
+`SafeLoadPlanner`, which loads those leaves with `torch.load(weights_only=True)`. The
+coordinator also reads the metadata that way while validating, so a checkpoint whose
+metadata names anything else is invalid (with the forbidden name as the reason) and
+restore falls back before any tensor is touched. See docs/security.md for what remains a
+trust boundary.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import io
 import json
 import logging
 import os
+import pickle
 import re
 import secrets
 import shutil
@@ -91,8 +108,12 @@ from typing import Any, Literal, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
@@ -112,6 +133,128 @@ T = TypeVar("T")
 
 class CheckpointError(RuntimeError):
     """A save did not commit, or a restore could not leave the state consistent."""
+
+
+# -- reading checkpoints as untrusted input ---------------------------------------------
+
+#: The only globals a checkpoint's `.metadata` pickle may name: what DCP (torch 2.13)
+#: writes for plain, ShardedTensor and DTensor state (found by listing the globals of
+#: real checkpoints' metadata with pickletools), and builtins that build plain data.
+METADATA_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    [
+        *(
+            ("torch.distributed.checkpoint.metadata", name)
+            for name in (
+                "Metadata", "StorageMeta", "TensorStorageMetadata", "BytesStorageMetadata",
+                "ChunkStorageMetadata", "TensorProperties", "MetadataIndex",
+                "_MEM_FORMAT_ENCODING",
+            )
+        ),
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),  # looks a torch.layout up by its name
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("collections", "OrderedDict"),
+        # Not bytes, bytearray or range: called with a huge int they allocate (or let
+        # list() allocate) without bound; pickle has opcodes for real bytes values.
+        *(
+            ("builtins", name)
+            for name in (
+                "dict", "list", "tuple", "set", "frozenset", "str", "int", "float",
+                "complex", "bool", "slice",
+            )
+        ),
+    ]
+)
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """Checkpoint metadata that names a global outside `METADATA_GLOBALS`."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """`pickle.Unpickler` that resolves only `METADATA_GLOBALS` (and torch's dtypes and
+    memory formats, which pickle as `torch.<name>`): nothing else can be called or built,
+    so a crafted pickle fails here instead of running."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in METADATA_GLOBALS:
+            return super().find_class(module, name)
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member
+        if module == "torch" and isinstance(
+            getattr(torch, name, None), torch.dtype | torch.memory_format | torch.layout
+        ):
+            return getattr(torch, name)
+        raise UnsafeCheckpointError(
+            f"checkpoint metadata names the forbidden global {module}.{name} (only DCP "
+            "metadata classes and plain builtins are allowed)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafeCheckpointError("checkpoint metadata uses persistent ids")
+
+
+def _enum_member(cls: Any, name: Any) -> Any:
+    """The one `getattr` a metadata pickle may call: an enum member of an allowed enum.
+
+    Python 3.11.0-3.11.3 pickle enum members as `getattr(EnumClass, "NAME")` (3.11.4+ as
+    `EnumClass(value)`), so checkpoints written on Debian 12's 3.11.2 name
+    `builtins.getattr` for DCP's `_MEM_FORMAT_ENCODING`. A real `getattr` would reach any
+    attribute (`__init__.__globals__`, modules, `os.system`): only members pass."""
+    allowed = (
+        isinstance(cls, type)
+        and issubclass(cls, enum.Enum)
+        and (cls.__module__, cls.__qualname__) in METADATA_GLOBALS
+        and isinstance(name, str)
+        and name in cls.__members__
+    )
+    if not allowed:
+        raise UnsafeCheckpointError(
+            f"checkpoint metadata calls getattr({getattr(cls, '__qualname__', cls)!r}, "
+            f"{name!r}): only members of DCP's metadata enums are allowed"
+        )
+    return cls[name]
+
+
+def read_checkpoint_metadata(stream: Any) -> Metadata:
+    """A DCP `.metadata` pickle read through the restricted unpickler; raises
+    `UnsafeCheckpointError` for anything but DCP metadata."""
+    metadata = _MetadataUnpickler(stream).load()
+    if not isinstance(metadata, Metadata):
+        raise UnsafeCheckpointError(
+            f"checkpoint metadata is a {type(metadata).__name__}, not DCP Metadata"
+        )
+    return metadata
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """DCP's `FileSystemReader` with `.metadata` read by `read_checkpoint_metadata`
+    instead of a plain `pickle.load` (torch 2.13's `read_metadata`, otherwise the same)."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as stream:
+            metadata = read_checkpoint_metadata(stream)
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        assert metadata.storage_meta is not None
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, but non-tensor leaves (DCP's "bytes" items: optimizer
+    hyperparameters, small Python values) are loaded with `torch.load(weights_only=True)`
+    rather than DCP's `weights_only=False`, another pickle path into the process."""
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
 
 
 @dataclass(frozen=True)
@@ -887,6 +1030,13 @@ class CheckpointManager:
                         f"{name} checksum {crc} differs from the commit marker's "
                         f"{want.get('crc32')}"
                     ), None
+        try:  # a CRC is no authentication: the metadata is read as untrusted input
+            with open(path / _DCP_METADATA, "rb") as stream:
+                read_checkpoint_metadata(stream)
+        except UnsafeCheckpointError as exc:
+            return f"{_DCP_METADATA} refused: {exc}", None
+        except Exception as exc:
+            return f"{_DCP_METADATA} unreadable: {type(exc).__name__}: {exc}", None
         return None, marker
 
     def _extra_for_me(self, marker: dict[str, Any]) -> dict[str, Any]:
@@ -901,7 +1051,8 @@ class CheckpointManager:
         try:
             dcp_load(
                 state,
-                checkpoint_id=path,
+                storage_reader=SafeFileSystemReader(path),
+                planner=SafeLoadPlanner(),
                 process_group=self._coord.group,
                 no_dist=self._coord.group is None,
             )

@@ -92,6 +92,19 @@ wins. Payloads no manifest names are removed by later saves once older than
 `_ORPHAN_GRACE_S`, so a reader holding an older manifest has time to finish; a reader that
 still finds a payload gone re-reads the manifest once.
 
+Restoring an archive (and what it does not protect)
+---------------------------------------------------
+`safe_extract` checks every member of the archive itself before writing anything: only
+regular files, directories and links that stay inside the destination; no absolute
+names, no `..`, no devices or fifos, no setuid/setgid bits, bounded member count and
+sizes. It does not rely on tarfile's extraction filters, which arrived in Python 3.11.4
+(Debian 12 ships 3.11.2, where `extractall(filter=...)` is a TypeError and the inductor
+dir was never restored). Where the filter exists it is passed as well, on top of the same
+checks. This keeps a corrupt or careless archive from writing outside the cache dir; it
+does not make an entry trustworthy: the artifacts are pickles and the archive holds
+compiled `.so` files that inductor loads, so whoever can write the cache root can run code
+in every job that uses it (docs/security.md).
+
 Logging: warnings for every ignored entry or part (with the reason), info for hits and
 saves. Nothing here imports Airflow.
 """
@@ -99,6 +112,7 @@ saves. Nothing here imports Airflow.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -106,6 +120,7 @@ import logging
 import os
 import platform
 import shutil
+import stat
 import sys
 import tarfile
 import tempfile
@@ -130,6 +145,14 @@ _ORPHAN_GRACE_S = 600.0
 _SKIP_TOP_LEVEL = frozenset({"locks"})
 _KEY_HEX_CHARS = 16
 _CHUNK = 1 << 20
+#: Bounds on one archive restore (a damaged or hostile archive must not fill the disk);
+#: far above what an inductor cache dir holds, so only a broken archive reaches them.
+MAX_ARCHIVE_MEMBERS = 200_000
+MAX_MEMBER_BYTES = 4 << 30
+MAX_ARCHIVE_BYTES = 32 << 30
+#: Whether this Python's tarfile has extraction filters (3.11.4+). Checked once; tests
+#: set it False to run the path Debian 12's Python 3.11.2 takes.
+_HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
 
 
 # ---------------------------------------------------------------------------------------
@@ -401,7 +424,7 @@ class CompileCache:
 
     `root` is any directory path shared by the hosts that should share compiles (NFS, a
     synced bucket mount); it is created on the first save. `local_dir` is where inductor
-    works in this process. The default, `$TMPDIR/airflow-ett-inductor/<key>`, is per key
+    works in this process. The default, `$TMPDIR/airflow-ett-inductor-<uid>/<key>`, is per key
     and survives the process, so a restart on the same host finds it warm even before
     restoring; ranks of one job on a host share it (inductor locks its own writes, and the
     restore merges file by file). An explicit `local_dir` is used for every key.
@@ -442,7 +465,7 @@ class CompileCache:
         """The inductor cache dir `activate(key)` points inductor at."""
         if self._local_dir is not None:
             return self._local_dir.absolute()
-        return Path(tempfile.gettempdir()).absolute() / "airflow-ett-inductor" / key
+        return _default_local_base() / key
 
     def entry_dir(self, key: str) -> Path:
         """Where the entry for `key` lives under the shared root."""
@@ -472,8 +495,15 @@ class CompileCache:
         """
         start = time.perf_counter()
         local = self.local_dir_for(key)
+        unsafe = None if self._local_dir is not None else _not_private(local.parent)
+        if unsafe is not None:  # another user could plant kernels there: never use it
+            local = Path(tempfile.mkdtemp(prefix=f"airflow-ett-inductor-{key}-"))
+            unsafe = f"{unsafe}; compiling in the fresh private dir {local} instead"
+            log.warning("compile cache: %s", unsafe)
         local.mkdir(parents=True, exist_ok=True)
         switch_problems = self._point_inductor_at(local)
+        if unsafe is not None:
+            switch_problems.insert(0, unsafe)
         self._active = (key, local)
 
         entry = self.entry_dir(key)
@@ -769,7 +799,9 @@ class CompileCache:
         try:
             try:
                 with tarfile.open(archive, mode="r:gz") as tar:
-                    tar.extractall(staging, filter="data")
+                    safe_extract(tar, staging)
+            except UnsafeArchiveError as exc:
+                raise _EntryError(f"archive refused: {exc}") from exc
             except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
                 raise _EntryError(f"archive unreadable: {type(exc).__name__}: {exc}") from exc
             _merge_into(staging, local)
@@ -863,6 +895,26 @@ def _compiler_id() -> str:
     return f"{compiler}: {first}"
 
 
+def _default_local_base() -> Path:
+    """Per user: `$TMPDIR` is shared by every user of the host, and inductor loads the
+    `.so` files it finds in its cache dir."""
+    return Path(tempfile.gettempdir()).absolute() / f"airflow-ett-inductor-{os.geteuid()}"
+
+
+def _not_private(base: Path) -> str | None:
+    """Why `base` (created 0o700 when missing) cannot hold this user's inductor dirs: a
+    symlink, another owner, or writable by group or others. None when it is private."""
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700, parents=True)
+    st = base.lstat()
+    if not os.path.isdir(base) or os.path.islink(base):
+        return f"local inductor dir base {base} is not a plain directory"
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return (f"local inductor dir base {base} is not private to this user (owner uid "
+                f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})")
+    return None
+
+
 def _check_key(key: str) -> None:
     if not key or not all(c.isalnum() or c in "-_." for c in key) or key.startswith("."):
         raise ValueError(f"bad compile cache key {key!r}: use cache_key()")
@@ -909,3 +961,157 @@ def _merge_into(staging: Path, local: Path) -> None:
             target = target_dir / name
             if not target.exists():
                 os.replace(Path(dirpath) / name, target)
+
+
+# ---------------------------------------------------------------------------------------
+# Safe archive extraction
+# ---------------------------------------------------------------------------------------
+
+
+class UnsafeArchiveError(ValueError):
+    """An archive member that must not be extracted; the message names it and why."""
+
+
+def safe_extract(
+    tar: tarfile.TarFile,
+    dest: str | Path,
+    *,
+    max_members: int = MAX_ARCHIVE_MEMBERS,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_total_bytes: int = MAX_ARCHIVE_BYTES,
+) -> int:
+    """Extract `tar` into the directory `dest` after checking every member; returns the
+    number of members. Raises `UnsafeArchiveError` (nothing written) when one is refused.
+
+    The checks are ours, the same on every Python 3.11.x, and all done before the first
+    byte is written, so a refused archive leaves `dest` as it was. Refused: absolute
+    names, `..` components, duplicate names, anything but regular files, directories,
+    symlinks and hardlinks (devices, fifos), setuid/setgid/sticky bits, links whose
+    target (resolved through the archive's own symlinks) leaves `dest`, hardlinks to
+    anything but a regular file of the archive, members above `max_member_bytes`,
+    more than `max_members` members or `max_total_bytes` in all. Accepted members are
+    extracted with the attributes tarfile's "data" filter would give them (no owner, mode
+    limited to 0o755, owner read/write on files), and where the filter exists (3.11.4+) it
+    runs too, as a second line.
+    """
+    dest = Path(dest)
+    checked: list[tarfile.TarInfo] = []
+    seen: dict[tuple[str, ...], tarfile.TarInfo] = {}
+    links: dict[tuple[str, ...], str] = {}
+    total = 0
+    for member in tar:  # lazily: a huge member count is refused before it is all read
+        if len(checked) >= max_members:
+            raise UnsafeArchiveError(f"more than {max_members} members")
+        parts = _member_parts(member.name)
+        what = f"member {member.name!r}"
+        if parts in seen:
+            raise UnsafeArchiveError(f"{what}: appears twice")
+        if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+            raise UnsafeArchiveError(f"{what}: not a regular file, directory or link "
+                                     f"(device, fifo or other special file)")
+        if member.mode & 0o7000:
+            raise UnsafeArchiveError(f"{what}: setuid/setgid/sticky mode {member.mode:o}")
+        if member.size > max_member_bytes:
+            raise UnsafeArchiveError(f"{what}: {member.size} bytes, over {max_member_bytes}")
+        total += member.size
+        if total > max_total_bytes:
+            raise UnsafeArchiveError(f"more than {max_total_bytes} bytes in all at {what}")
+        seen[parts] = member
+        if member.issym():
+            links[parts] = member.linkname
+        checked.append(member)
+    for member in checked:
+        _check_placement(member, seen, links)
+    safe = [_data_attrs(member) for member in checked]
+    if _HAS_DATA_FILTER:
+        tar.extractall(dest, members=safe, numeric_owner=True, filter="data")
+    else:
+        tar.extractall(dest, members=safe, numeric_owner=True)
+    return len(safe)
+
+
+def _member_parts(name: str, label: str = "member") -> tuple[str, ...]:
+    """A member name (or a hardlink's target) as path parts; refuses absolute names and
+    `..`."""
+    what = f"{label} {name!r}"
+    if not name or "\x00" in name:
+        raise UnsafeArchiveError(f"{what}: empty name or NUL byte")
+    if name.startswith(("/", os.sep)) or os.path.isabs(name):
+        raise UnsafeArchiveError(f"{what}: absolute path")
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise UnsafeArchiveError(f"{what}: '..' component")
+    if not parts:
+        raise UnsafeArchiveError(f"{what}: names the destination itself")
+    return parts
+
+
+def _resolve(parts: tuple[str, ...], links: Mapping[tuple[str, ...], str]) -> tuple[str, ...]:
+    """Where `parts` lands under the destination, following the archive's own symlinks as
+    the filesystem would once they are extracted; raises when it would leave it."""
+    out: list[str] = []
+    todo = list(parts)
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                raise UnsafeArchiveError("resolves outside the destination")
+            out.pop()
+            continue
+        out.append(part)
+        target = links.get(tuple(out))
+        if target is not None:
+            hops += 1
+            if hops > 40:
+                raise UnsafeArchiveError("symlink loop")
+            if target.startswith(("/", os.sep)) or os.path.isabs(target):
+                raise UnsafeArchiveError(f"goes through a symlink to the absolute {target!r}")
+            out.pop()
+            todo = [*target.split("/"), *todo]
+    return tuple(out)
+
+
+def _check_placement(
+    member: tarfile.TarInfo,
+    seen: Mapping[tuple[str, ...], tarfile.TarInfo],
+    links: Mapping[tuple[str, ...], str],
+) -> None:
+    """The member's directory, and a link's target, stay inside the destination."""
+    parts = _member_parts(member.name)
+    what = f"member {member.name!r}"
+    try:
+        _resolve(parts[:-1], links)
+        if member.issym():
+            if member.linkname.startswith(("/", os.sep)) or os.path.isabs(member.linkname):
+                raise UnsafeArchiveError(f"symlink to the absolute {member.linkname!r}")
+            _resolve((*parts[:-1], *member.linkname.split("/")), links)
+        elif member.islnk():
+            target = _member_parts(member.linkname, "hardlink to")
+            if _resolve(target, links) != target or not (
+                target in seen and seen[target].isreg()
+            ):
+                raise UnsafeArchiveError(
+                    f"hardlink to {member.linkname!r}, not a regular file of the archive"
+                )
+    except UnsafeArchiveError as exc:
+        raise UnsafeArchiveError(f"{what}: {exc}") from None
+
+
+def _data_attrs(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A copy with the attributes tarfile's "data" filter gives (3.11.4+), set by hand so
+    that 3.11.2 extracts the same: no owner, mode limited to 0o755, files owner-rw."""
+    safe = copy.copy(member)
+    mode = member.mode & 0o755
+    if member.isreg() or member.islnk():
+        if not mode & 0o100:
+            mode &= ~0o111
+        mode |= 0o600
+    elif member.isdir():
+        mode = 0o755
+    safe.mode = mode
+    safe.uid, safe.gid = os.geteuid(), os.getegid()
+    safe.uname = safe.gname = ""
+    return safe

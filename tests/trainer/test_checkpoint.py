@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import logging
 import os
@@ -357,21 +358,185 @@ def test_flipped_byte_is_caught_by_the_checksum(
     assert_bitwise(job.snapshot(), older)
 
 
+def _forge(path: Path, name: str, data: bytes) -> None:
+    """Replace a checkpoint file and rewrite the commit marker to vouch for it (what anyone
+    who can write the directory can do: a CRC is not authentication)."""
+    (path / name).write_bytes(data)
+    marker = json.loads((path / COMMIT_MARKER).read_text())
+    marker["files"][name] = {"size": len(data), "crc32": ckpt._crc32(path / name)[1]}
+    (path / COMMIT_MARKER).write_text(json.dumps(marker))
+
+
 def test_a_failing_dcp_load_falls_back(
     manager_factory: Callable[..., CheckpointManager],
 ) -> None:
-    """Files that match their marker but that DCP cannot load (here: a damaged
-    .metadata with a marker rewritten to match) are skipped after the load raises."""
+    """Files that match their marker but that DCP cannot load (here: a damaged data file
+    with a marker rewritten to match) are skipped after the load raises."""
     manager, job, older = _two_checkpoints(manager_factory)
     newest = manager.directory / "step-0000000002"
-    (newest / ".metadata").write_bytes(b"not a pickle")
-    marker = json.loads((newest / COMMIT_MARKER).read_text())
-    marker["files"][".metadata"] = {"size": 12, "crc32": ckpt._crc32(newest / ".metadata")[1]}
-    (newest / COMMIT_MARKER).write_text(json.dumps(marker))
+    data = sorted(newest.glob("*.distcp"))[0]
+    _forge(newest, data.name, b"\0" * data.stat().st_size)
     restored = manager.restore(job.state())
     assert restored is not None and restored.step == 1
     assert restored.skipped[0][0] == newest
     assert restored.skipped[0][1].startswith("DCP load failed")
+    assert_bitwise(job.snapshot(), older)
+
+
+def test_unreadable_metadata_is_invalid_before_any_tensor_is_loaded(
+    manager_factory: Callable[..., CheckpointManager],
+) -> None:
+    manager, job, older = _two_checkpoints(manager_factory)
+    newest = manager.directory / "step-0000000002"
+    _forge(newest, ".metadata", b"not a pickle")
+    restored = manager.restore(job.state())
+    assert restored is not None and restored.step == 1
+    assert restored.skipped[0] == (newest, restored.skipped[0][1])
+    assert restored.skipped[0][1].startswith(".metadata unreadable: UnpicklingError")
+    assert_bitwise(job.snapshot(), older)
+
+
+class _Boom:
+    """Pickles as a call to os.system creating `marker`: what a crafted checkpoint runs
+    when its metadata is read with a plain pickle.load."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def crafted_metadata(marker: Path) -> bytes:
+    """A .metadata pickle that runs `touch marker` when unpickled without restriction."""
+    import pickle
+
+    return pickle.dumps(_Boom(marker))
+
+
+def crafted_bytes_item(marker: Path) -> bytes:
+    """A torch.save'd non-tensor leaf that runs `touch marker` when loaded with
+    weights_only=False (DCP's own planner does)."""
+    buf = io.BytesIO()
+    torch.save(_Boom(marker), buf)
+    return buf.getvalue()
+
+
+def _pickle_enums_like_python_3112(obj: Any) -> bytes:
+    """`obj` pickled as Python 3.11.0-3.11.3 do: enum members as getattr(cls, name)."""
+    import enum
+    import pickle
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, o: Any) -> Any:
+            if isinstance(o, enum.Enum):
+                return getattr, (type(o), o.name)
+            return NotImplemented
+
+    buf = io.BytesIO()
+    Pickler(buf, protocol=4).dump(obj)
+    return buf.getvalue()
+
+
+def test_metadata_written_by_python_3112_is_read(
+    manager_factory: Callable[..., CheckpointManager],
+) -> None:
+    """Debian 12's Python 3.11.2 pickles DCP's `_MEM_FORMAT_ENCODING` members with
+    `builtins.getattr`: such checkpoints restore, and getattr reaches nothing else."""
+    import pickletools
+
+    manager, job, _ = _two_checkpoints(manager_factory)
+    newest = manager.directory / "step-0000000002"
+    assert manager.restore(job.state()) is not None
+    want = job.snapshot()  # step 2, restored from the metadata as this Python wrote it
+    with open(newest / ".metadata", "rb") as fh:
+        metadata = ckpt.read_checkpoint_metadata(fh)
+    as_3112 = _pickle_enums_like_python_3112(metadata)
+    assert "getattr" in {str(arg) for _, arg, _ in pickletools.genops(as_3112)}
+    _forge(newest, ".metadata", as_3112)
+    job.train(3)  # move away from the checkpoint, so the restore must bring it back
+    restored = manager.restore(job.state())
+    assert restored is not None and restored.step == 2 and restored.skipped == []
+    assert_bitwise(job.snapshot(), want)
+
+    for target, name in ((ckpt.Metadata, "__init__"), (object, "__subclasses__")):
+        with pytest.raises(ckpt.UnsafeCheckpointError, match="only members of DCP"):
+            ckpt._enum_member(target, name)
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+    with pytest.raises(ckpt.UnsafeCheckpointError):
+        ckpt._enum_member(_MEM_FORMAT_ENCODING, "__class__")
+
+
+def test_a_crafted_metadata_pickle_runs_no_code_and_falls_back(
+    manager_factory: Callable[..., CheckpointManager], tmp_path: Path
+) -> None:
+    manager, job, older = _two_checkpoints(manager_factory)
+    newest = manager.directory / "step-0000000002"
+    ran = tmp_path / "the-attacker-code-ran"
+    _forge(newest, ".metadata", crafted_metadata(ran))
+    restored = manager.restore(job.state())
+    assert not ran.exists()
+    assert restored is not None and restored.step == 1
+    assert restored.skipped[0][0] == newest
+    assert restored.skipped[0][1] == (
+        ".metadata refused: checkpoint metadata names the forbidden global posix.system "
+        "(only DCP metadata classes and plain builtins are allowed)"
+    )
+    assert_bitwise(job.snapshot(), older)
+
+
+def test_the_load_itself_reads_metadata_through_the_restricted_unpickler(
+    manager_factory: Callable[..., CheckpointManager], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Defence in depth: ranks other than the coordinator (and a file swapped after the
+    coordinator validated it) read .metadata inside DCP's load, not in `_check`."""
+    manager, job, older = _two_checkpoints(manager_factory)
+    newest = manager.directory / "step-0000000002"
+    ran = tmp_path / "the-attacker-code-ran"
+    _forge(newest, ".metadata", crafted_metadata(ran))
+    real_check = CheckpointManager._check
+    monkeypatch.setattr(  # validation passes as if the file were swapped right after it
+        CheckpointManager, "_check",
+        lambda self, path: (None, ckpt.read_marker(path)) if path == newest
+        else real_check(self, path),
+    )
+    restored = manager.restore(job.state())
+    assert not ran.exists()
+    assert restored is not None and restored.step == 1
+    assert "forbidden global posix.system" in restored.skipped[0][1]
+    assert_bitwise(job.snapshot(), older)
+
+
+def test_a_crafted_non_tensor_leaf_runs_no_code(
+    manager_factory: Callable[..., CheckpointManager], tmp_path: Path
+) -> None:
+    """DCP stores non-tensor leaves (Adam's lr, betas...) as torch.save'd "bytes" items and
+    its planner loads them with weights_only=False; ours must not."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    manager, job, older = _two_checkpoints(manager_factory)
+    newest = manager.directory / "step-0000000002"
+    with open(newest / ".metadata", "rb") as fh:
+        metadata = ckpt.read_checkpoint_metadata(fh)
+    fqn = next(k for k, v in metadata.state_dict_metadata.items()
+               if isinstance(v, BytesStorageMetadata) and k.endswith(".lr"))
+    info = next(v for k, v in metadata.storage_data.items() if k.fqn == fqn)
+    ran = tmp_path / "the-attacker-code-ran"
+    payload = crafted_bytes_item(ran)
+    blob = (newest / info.relative_path).read_bytes()
+    info.offset, info.length = len(blob), len(payload)  # the leaf now reads the payload
+    blob += payload
+    import pickle
+
+    _forge(newest, ".metadata", pickle.dumps(metadata))
+    _forge(newest, info.relative_path, blob)
+    restored = manager.restore(job.state())
+    assert not ran.exists()
+    assert restored is not None and restored.step == 1
+    assert restored.skipped[0][1].startswith("DCP load failed")
+    assert "weights_only" in restored.skipped[0][1] or "Unpickl" in restored.skipped[0][1]
     assert_bitwise(job.snapshot(), older)
 
 
@@ -657,7 +822,6 @@ def test_two_ranks_sharded_async_save_while_training(tmp_path: Path) -> None:
     RowWiseAdagrad (ShardedTensors), a DTensor and per-rank tensors; async save while both
     ranks keep training and all-reducing; restore equals the state at save time. A
     deadlock fails on the timeout instead of hanging."""
-    pytest.importorskip("torchrec")
     out = tmp_path / "out"
     out.mkdir()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",

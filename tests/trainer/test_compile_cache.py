@@ -16,24 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import io
 import json
 import logging
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-import airflow_ett.trainer.compile_cache as cc  # noqa: E402
-from airflow_ett.trainer.compile_cache import (  # noqa: E402
+import airflow_ett.trainer.compile_cache as cc
+from airflow_ett.trainer.compile_cache import (
     MANIFEST_NAME,
     CacheLoad,
     CompileCache,
@@ -273,6 +275,12 @@ def _read_files(root: Path) -> dict[str, bytes]:
     }
 
 
+def _archivable(local: Path) -> dict[str, bytes]:
+    """What a save of `local` archives: FILES, plus whatever inductor's vector-ISA probe
+    built there when this is the process's first `activate` (a test run alone)."""
+    return {name: path.read_bytes() for path, name in cc._walk_local(local)}
+
+
 def _make_entry(
     tmp: Path, key: str = "k1", files: dict[str, bytes] = FILES, name: str = "saver"
 ) -> tuple[Path, Path]:
@@ -319,7 +327,7 @@ def test_activate_points_inductor_at_the_local_dir_with_torch_imported(
     CacheBase.get_local_cache_path()  # memoise a path under whatever dir was set before
 
     cache.activate("key-a")
-    local_a = tmp_path / "tmp" / "airflow-ett-inductor" / "key-a"
+    local_a = tmp_path / "tmp" / f"airflow-ett-inductor-{os.geteuid()}" / "key-a"
     assert cache_dir() == str(local_a)
     assert os.environ["TRITON_CACHE_DIR"] == str(local_a / "triton")
     assert CacheBase.get_local_cache_path().is_relative_to(local_a)
@@ -329,6 +337,31 @@ def test_activate_points_inductor_at_the_local_dir_with_torch_imported(
     local_b = local_a.parent / "key-b"
     assert cache_dir() == str(local_b)
     assert CacheBase.get_local_cache_path().is_relative_to(local_b)
+
+
+def test_a_shared_default_local_dir_is_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_artifacts: list[bytes]
+) -> None:
+    """$TMPDIR is shared by every user of a host and inductor loads the `.so` files in its
+    cache dir: a default base dir that others can write (planted before this user's first
+    job) is refused, and the compile goes to a fresh private dir, with the reason."""
+    root, _ = _make_entry(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    planted = tmp_path / "tmp" / f"airflow-ett-inductor-{os.geteuid()}"
+    (planted / "k1" / "ab").mkdir(parents=True)
+    (planted / "k1" / "ab" / "kernel.so").write_bytes(b"planted")
+    planted.chmod(0o777)
+    load = CompileCache(root).activate("k1")
+    assert load.reason is not None and "is not private to this user" in load.reason
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    used = Path(cache_dir())
+    assert not used.is_relative_to(planted)
+    assert stat.S_IMODE(used.stat().st_mode) == 0o700
+    assert (used / "ab" / "kernel.so").read_bytes() == FILES["ab/kernel.so"]  # restored
+    planted.chmod(0o700)
+    assert CompileCache(root).activate("k1").reason is None  # private again: used
+    assert Path(cache_dir()) == planted / "k1"
 
 
 def test_settings_reach_a_compile_on_another_thread(tmp_path: Path) -> None:
@@ -377,7 +410,9 @@ def test_save_then_activate_restores_both_parts(
         payload = entry / manifest[part]["file"]
         assert payload.stat().st_size == manifest[part]["size"]
         assert len(manifest[part]["sha256"]) == 64
-    assert manifest["inductor_dir"]["files"] == len(FILES)
+    saved = _archivable(tmp_path / "saver")
+    assert FILES.items() <= saved.items()
+    assert manifest["inductor_dir"]["files"] == len(saved)
     assert not [p for p in entry.iterdir() if p.name.startswith(".")]
 
     reader = CompileCache(root, local_dir=tmp_path / "reader")
@@ -385,8 +420,34 @@ def test_save_then_activate_restores_both_parts(
     load = reader.activate("k1")
     assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, True)
     assert load.reason is None
-    assert _read_files(tmp_path / "reader") == FILES  # no locks, no temp files
+    assert _read_files(tmp_path / "reader") == saved  # no locks, no temp files
     assert fake_artifacts == [b"good:0"]
+
+
+def test_restore_works_on_a_python_without_tarfile_filters(
+    tmp_path: Path, fake_artifacts: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian 12's Python 3.11.2 has no extraction filters (3.11.4): `extractall` takes no
+    `filter` keyword. The inductor dir must still be restored there, not only the
+    artifacts (which alone leave a warm compile almost cold on CPU)."""
+    import tarfile
+
+    real = tarfile.TarFile.extractall
+
+    def extractall_3112(self: tarfile.TarFile, path: Any = ".", members: Any = None,
+                        *, numeric_owner: bool = False, **kwargs: Any) -> None:
+        if kwargs:
+            raise TypeError(f"TarFile.extractall() got an unexpected keyword argument {kwargs}")
+        real(self, path, members, numeric_owner=numeric_owner)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall_3112)
+    monkeypatch.setattr(cc, "_HAS_DATA_FILTER", False)
+    root, _ = _make_entry(tmp_path)
+    load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
+    assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, True)
+    assert load.reason is None
+    assert _read_files(tmp_path / "reader") == _archivable(tmp_path / "saver")
+    assert FILES.items() <= _read_files(tmp_path / "reader").items()
 
 
 def test_restore_into_a_used_local_dir_keeps_what_is_there(
@@ -443,6 +504,19 @@ def _flip_archive_bytes(entry: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def _escaping_tar() -> bytes:
+    """A valid tar.gz whose second member would land three levels above the local dir."""
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in ("ab/kernel.cpp", "ab/../../../escaped.so"):
+            info = tarfile.TarInfo(name)
+            info.size = 4
+            tar.addfile(info, io.BytesIO(b"\x7fELF"))
+    return buf.getvalue()
 
 
 def _break_both(entry: Path) -> None:
@@ -503,6 +577,11 @@ BROKEN: dict[str, tuple[Callable[[Path], object], tuple[bool, bool, bool], str]]
         lambda e: _rewrite_manifest(e, settings={"cpp_cache_precompile_headers": True}),
         (False, False, False),
         "settings differ",
+    ),
+    "archive with a member escaping the local dir": (
+        lambda e: _replace_payload(e, "inductor_dir", _escaping_tar(), fix_checksum=True),
+        (True, True, False),
+        "archive refused: member 'ab/../../../escaped.so': '..' component",
     ),
     "payload name escaping the entry": (
         lambda e: _rewrite_manifest(

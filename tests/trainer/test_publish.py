@@ -50,8 +50,6 @@ from airflow_ett.trainer.publish import (
 )
 from airflow_ett.trainer.state import TrainState
 
-pytest.importorskip("torchrec")
-
 JOB = {
     "model": "dlrm_tiny", "steps": 6, "batch_size": 32, "checkpoint_interval": 3,
     "num_workers": 0, "compile": False, "seed": 11, "lr_dense": 0.1,
@@ -199,6 +197,40 @@ def test_publish_falls_back_past_a_damaged_newest_checkpoint(
     assert checkpoint["step"] == 3 and checkpoint["cursor"] == 3 * 32
     assert [s["path"] for s in checkpoint["skipped"]] == [str(newest)]
     assert "bytes" in checkpoint["skipped"][0]["reason"]
+
+
+class _Boom:
+    """Pickles as os.system("touch <marker>"): code a plain pickle.load would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_metadata_pickle_runs_no_code_on_the_publish_host(
+    copy_of: TrainerConfig, tmp_path: Path
+) -> None:
+    """Whoever can write the checkpoint dir can replace .metadata with a pickle and rewrite
+    the commit marker to match (a CRC is not authentication). Publishing must refuse that
+    checkpoint by name and publish the older one, without running the pickle."""
+    import pickle
+    import zlib
+
+    newest = copy_of.checkpoint_dir / "step-0000000006"
+    ran = tmp_path / "the-attacker-code-ran"
+    crafted = pickle.dumps(_Boom(ran))
+    (newest / ".metadata").write_bytes(crafted)
+    marker = json.loads((newest / COMMIT_MARKER).read_text())
+    marker["files"][".metadata"] = {"size": len(crafted), "crc32": f"{zlib.crc32(crafted):08x}"}
+    (newest / COMMIT_MARKER).write_text(json.dumps(marker))
+    published = publish_model(copy_of, tmp_path / "out")
+    assert not ran.exists()
+    checkpoint = published.manifest["checkpoint"]
+    assert checkpoint["step"] == 3
+    assert [s["path"] for s in checkpoint["skipped"]] == [str(newest)]
+    assert "forbidden global posix.system" in checkpoint["skipped"][0]["reason"]
 
 
 # -- refusals ----------------------------------------------------------------------------
@@ -381,7 +413,7 @@ def test_a_two_rank_sharded_checkpoint_publishes_its_whole_tables(tmp_path: Path
     assert published.manifest["checkpoint"]["world_size"] == 2
     assert published.manifest["checkpoint"]["step"] == 6
     dcp_to_torch_save(tmp_path / "ckpt" / "step-0000000006", tmp_path / "whole.pt")
-    want = torch.load(tmp_path / "whole.pt", weights_only=False)["train"]["model"]
+    want = torch.load(tmp_path / "whole.pt", weights_only=True)["train"]["model"]
     got, _ = load_published(published.path)
     assert got.keys() == want.keys()
     for name in want:
