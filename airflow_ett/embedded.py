@@ -34,6 +34,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from airflow_ett._proc import ProcessTree
+from airflow_ett._proc import run as run_tree
+
 DEFAULT_COMPONENTS: tuple[str, ...] = ("dag-processor", "scheduler", "triggerer", "api-server")
 KNOWN_COMPONENTS = frozenset(DEFAULT_COMPONENTS)
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
@@ -153,79 +156,7 @@ def login_info(home: Path, url: str) -> str:
     ])
 
 
-# --- process bookkeeping (Linux /proc; a fallback keeps the rest portable) --------------
-
-
-@dataclass(frozen=True, slots=True)
-class _ProcInfo:
-    pid: int
-    ppid: int
-    pgid: int
-    state: str
-    start: int  # clock ticks since boot: tells a live pid from a reused one
-
-
-def _read_proc(pid: int) -> _ProcInfo | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces or ')'.
-    rest = raw[raw.rfind(")") + 2:].split()
-    try:
-        return _ProcInfo(pid=pid, ppid=int(rest[1]), pgid=int(rest[2]), state=rest[0],
-                         start=int(rest[19]))
-    except (IndexError, ValueError):
-        return None
-
-
-def _all_procs() -> list[_ProcInfo]:
-    procs = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                info = _read_proc(int(entry.name))
-                if info is not None:
-                    procs.append(info)
-    return procs
-
-
-def _descendants(roots: Iterable[int], pgids: Iterable[int]) -> dict[int, int]:
-    """Live (non-zombie) descendants of `roots` and members of `pgids`: pid -> start time.
-
-    Task runners get their own process group from Airflow's supervisor, so a group
-    signal alone does not reach them: the tree must be walked.
-    """
-    procs = _all_procs()
-    children: dict[int, list[_ProcInfo]] = {}
-    for proc in procs:
-        children.setdefault(proc.ppid, []).append(proc)
-    found: dict[int, int] = {}
-    groups = set(pgids)
-    stack = [p for p in procs if p.pid in set(roots) or p.pgid in groups]
-    while stack:
-        proc = stack.pop()
-        if proc.pid in found or proc.state == "Z":
-            continue
-        found[proc.pid] = proc.start
-        stack.extend(children.get(proc.pid, []))
-    return found
-
-
-def _alive(pid: int, start: int | None = None) -> bool:
-    """True while `pid` runs (zombies count as gone) and, if given, started at `start`."""
-    info = _read_proc(pid)
-    if info is not None:
-        return info.state != "Z" and (start is None or info.start == start)
-    if Path("/proc/self/stat").exists():
-        return False
-    try:  # no /proc: ask the kernel
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+# --- process bookkeeping (airflow_ett._proc: a psutil walk, remembered across walks) ------
 
 
 def _set_parent_death_signal() -> None:
@@ -296,7 +227,7 @@ class EmbeddedAirflow:
         self.env = self._compute_env(extra_env or {})
         self.timings: dict[str, float] = {}
         self._components: dict[str, _Component] = {}
-        self._seen: dict[int, int] = {}  # every descendant ever seen: pid -> start time
+        self._tree = ProcessTree()  # every component and descendant ever seen
         self._started_utc: datetime | None = None
         self._start_called: float | None = None
         self._token: str | None = None
@@ -369,12 +300,12 @@ class EmbeddedAirflow:
         self.stop()
 
     def _airflow(self, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-        """One `airflow` CLI command with our environment, waited for."""
+        """One `airflow` CLI command with our environment, waited for; past `timeout` its
+        whole process tree is ended (not only the command: its children would live on)."""
         cmd = [str(airflow_executable()), *args]
         try:
-            return subprocess.run(cmd, env=self.env, cwd=self.home, capture_output=True,
-                                  text=True, timeout=timeout, check=False,
-                                  start_new_session=True)
+            return run_tree(cmd, env=self.env, cwd=self.home, timeout=timeout,
+                            start_new_session=True)
         except subprocess.TimeoutExpired as exc:
             raise EmbeddedAirflowError(f"`airflow {' '.join(args)}` took over {timeout:.0f} s")\
                 from exc
@@ -398,9 +329,10 @@ class EmbeddedAirflow:
                 f"airflow-ett db upgrade failed (exit {ett.returncode}):\n{output}")
 
     def ett(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        """Run the `airflow-ett` CLI with the components' environment (their [ett] config)."""
-        return subprocess.run([str(venv_script("airflow-ett")), *args], env=self.env,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        """Run the `airflow-ett` CLI with the components' environment (their [ett] config);
+        past `timeout` its process tree is ended and subprocess.TimeoutExpired raised."""
+        return run_tree([str(venv_script("airflow-ett")), *args], env=self.env,
+                        timeout=timeout)
 
     def start(self, components: Sequence[str] = DEFAULT_COMPONENTS) -> None:
         """Start each component as its own process group, logging to logs/embedded/<name>.log.
@@ -433,18 +365,23 @@ class EmbeddedAirflow:
                 start_new_session=True, preexec_fn=_set_parent_death_signal,
             )
             self._components[name] = _Component(name, process, log_path, offset, log_file)
+            self._tree.add_root(process, group=True)
 
     @property
     def pids(self) -> dict[str, int]:
         """The pid of each started component (also its process-group id)."""
         return {name: c.process.pid for name, c in self._components.items()}
 
-    def process_tree(self) -> dict[int, int]:
-        """Every live process we started and its descendants: pid -> start time (ticks)."""
-        pids = [c.process.pid for c in self._components.values()]
-        found = _descendants(pids, pids)
-        self._seen.update(found)
-        return found
+    def process_tree(self) -> dict[int, float]:
+        """Every live process we started and its descendants: pid -> start time (epoch s).
+
+        Task runners get their own process group from Airflow's supervisor, so a group
+        signal alone does not reach them: the tree is walked, and the groups too (a
+        member whose parent died has left the tree but not its group).
+        """
+        live = self._tree.refresh()
+        seen = self._tree.pids
+        return {p.pid: seen[p.pid] for p in live if p.pid in seen}
 
     def check_alive(self) -> None:
         """Raise ComponentDied, with the log tail, if a started component has exited."""
@@ -469,41 +406,17 @@ class EmbeddedAirflow:
         """
         if not self._components:
             return
-        groups = [c.process.pid for c in self._components.values()]
-        self.process_tree()
-        for pgid in groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGTERM)
-        for pid, start in list(self._seen.items()):
-            if pid not in groups and _alive(pid, start):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGTERM)
-        if not self._wait_gone(groups, time.monotonic() + timeout):
-            for pgid in groups:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
-            for pid, start in list(self._seen.items()):
-                if _alive(pid, start):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
-            self._wait_gone(groups, time.monotonic() + 10.0)
+        ended = self._tree.terminate(grace_s=timeout)
+        if ended.left:
+            print(f"[embedded] still running after SIGKILL: {list(ended.left)}",
+                  file=sys.stderr)
         for comp in self._components.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 comp.process.wait(timeout=1.0)
             comp.log_file.close()
         self._components.clear()
+        self._tree = ProcessTree()
         self._token = None
-
-    def _wait_gone(self, groups: list[int], deadline: float) -> bool:
-        while True:
-            for comp in self._components.values():
-                comp.process.poll()  # reap our direct children so they stop counting
-            self.process_tree()
-            if not any(_alive(pid, start) for pid, start in self._seen.items()):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
 
     # --- REST API ------------------------------------------------------------------------
 

@@ -6,11 +6,18 @@ loop, shared by the Airflow train operator, the benchmarks and the tests: start 
 trainer (alone or under torchrun), wait, classify how it ended, report what the child
 could not report itself (a SIGKILLed process says nothing), and start the next attempt
 while the failure is one a restart can heal.
+
+An attempt is its whole process tree, not the child alone: torchrun runs each rank in a
+session of its own and the trainer spawns data workers, so a timeout ends every process
+of the attempt (`airflow_ett._proc`), and whatever an ended attempt leaves behind (ranks
+orphaned when torchrun itself was killed, say by the OOM killer) is killed before the
+next attempt starts: it would hold the GPUs the next one needs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -20,8 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
+from airflow_ett._proc import ProcessTree
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
@@ -29,6 +37,12 @@ from airflow_ett.trainer.faults import (
     EXIT_OK,
     EXIT_PREEMPTED,
 )
+
+log = logging.getLogger("airflow_ett.trainer")
+
+# How often a running attempt's process tree is walked again, so that processes whose
+# parent died (and which init adopted) are still known when the attempt ends.
+TREE_POLL_S = 1.0
 
 Cause = Literal["preemption", "infra", "application", "unknown"]
 
@@ -118,6 +132,37 @@ def _stream(proc: subprocess.Popen[str], on_output: Callable[[str], None]
     return thread
 
 
+def _wait_attempt(proc: subprocess.Popen[Any], tree: ProcessTree,
+                  timeout: float | None) -> int:
+    """Wait for the attempt, walking its tree as it runs; past `timeout` SIGKILL all of it.
+    Once the top process has ended, kill what is left of the tree (orphans)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    code: int | None = None
+    while code is None:
+        step = TREE_POLL_S if deadline is None else min(TREE_POLL_S,
+                                                          deadline - time.monotonic())
+        try:
+            code = proc.wait(timeout=max(step, 0.0))
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                killed = tree.kill()
+                log.warning("attempt ran past its timeout of %.0f s: SIGKILL to its %d "
+                            "process(es) %s", timeout, len(killed), killed)
+                code = proc.wait()
+            else:
+                tree.refresh()
+    leftovers = tree.refresh()
+    if leftovers:
+        killed = tree.kill()
+        log.warning("the attempt's top process ended (exit %d) and left %d process(es) "
+                    "running: SIGKILL to %s", code, len(leftovers), killed)
+        still = tree.wait(10.0)
+        if still:
+            log.error("processes of the attempt still run after SIGKILL: %s",
+                      [p.pid for p in still])
+    return code
+
+
 def run_attempts(
     config: str | Path,
     job_id: str,
@@ -161,14 +206,11 @@ def run_attempts(
             stdout=sink, stderr=subprocess.STDOUT if sink is not None else None, text=True,
             errors="replace",
         )
+        tree = ProcessTree(proc)  # before anything can signal it
         reader = _stream(proc, on_output) if on_output is not None else None
         if on_start is not None:
             on_start(proc, number, aid)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
+        code = _wait_attempt(proc, tree, timeout)
         if reader is not None:
             # The trainer's spawned data workers share the pipe and die with it; do not
             # let one that lingers hold the launcher up.
