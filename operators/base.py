@@ -16,11 +16,12 @@ from airflow.sdk import BaseOperator
 from airflow_ett.emit import Emitter, get_emitter
 from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import (
-    JobConfigError,
     JobPaths,
     check_trainer_config,
+    check_work_dir,
     job_paths,
     materialize,
+    reader,
 )
 from airflow_ett.settings import EttSettings
 from airflow_ett.trainer.config import TrainerConfig
@@ -43,14 +44,13 @@ class EttTrainerOperator(BaseOperator):
     def __init__(self, *, trainer_config: Mapping[str, Any], nproc: int = 1,
                  work_dir: str | None = None, record: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_trainer_config(trainer_config)
-        if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-            raise JobConfigError(f"{type(self).__name__}: nproc = {nproc!r}: must be an "
-                                 "integer >= 1")
+        r = reader(type(self).__name__)
+        nproc = r.integer("nproc", nproc, minimum=1)
+        check_trainer_config(trainer_config, nproc=nproc)
         self.trainer_config = dict(trainer_config)
         self.nproc = nproc
-        self.work_dir = work_dir
-        self.record = record
+        self.work_dir = check_work_dir(type(self).__name__, work_dir)
+        self.record = r.boolean("record", record)
 
     # -- per-run helpers (execute time) --------------------------------------------------
 

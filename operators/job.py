@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
+from airflow_ett.trainer.preflight import check_parse_time_memory
+from airflow_ett.trainer.readers import Reader
 
 # Fields the operators own: a DAG file that sets them would fight the job's layout.
 MANAGED_FIELDS: Final = ("checkpoint_dir", "compile_cache_dir", "events_file")
@@ -61,25 +63,60 @@ def job_paths(work_dir: Path, dag_id: str, run_id: str) -> JobPaths:
     )
 
 
-def check_trainer_config(config: Mapping[str, Any]) -> TrainerConfig:
-    """Validate a DAG file's trainer config as the trainer will (at DAG parse time)."""
+def reader(where: str) -> Reader:
+    """The typed readers (`airflow_ett.trainer.readers`) for a lifecycle entry point:
+    the same rules as the trainer's config, raising `JobConfigError`."""
+    return Reader(where, JobConfigError)
+
+
+def check_trainer_config(config: Mapping[str, Any], *, nproc: int = 1) -> TrainerConfig:
+    """Validate a DAG file's trainer config as the trainer will (at DAG parse time),
+    including whether its tables and batches can fit in memory at all (pure arithmetic
+    against `PARSE_TIME_MEMORY_CAP_BYTES`; the trainer checks the real memory at start)."""
+    config = reader("trainer_config").mapping("trainer_config", config)
     managed = sorted(set(config) & set(MANAGED_FIELDS))
     if managed:
         raise JobConfigError(f"trainer config: {managed} are set by the lifecycle "
                              f"operators (under [ett] work_dir); remove them")
     try:
-        return config_from_mapping({**config, "checkpoint_dir": "/nonexistent/validate"})
+        cfg = config_from_mapping({**config, "checkpoint_dir": "/nonexistent/validate"})
+        check_parse_time_memory(cfg.model, cfg.batch_size, prefetch=cfg.prefetch,
+                                num_workers=cfg.num_workers, nproc=nproc,
+                                reader=Reader("trainer config", ConfigError))
     except ConfigError as exc:
         raise JobConfigError(str(exc)) from None
+    return cfg
+
+
+def check_work_dir(where: str, work_dir: object) -> str | None:
+    """None (`[ett] work_dir`) or a path; one that exists here as a file is refused now.
+    (Writability is checked where the task runs: this host may not be the worker.)"""
+    if work_dir is None:
+        return None
+    path = reader(where).path("work_dir", work_dir)
+    if path.exists() and not path.is_dir():
+        raise reader(where).fail("work_dir", str(path), "exists and is not a directory")
+    return str(path)
+
+
+def check_train_args(where: str, *, restarts: object, publish_in_task: object,
+                     attempt_timeout_s: object) -> tuple[int, bool, float | None]:
+    """The train operator's own arguments, read like every other field."""
+    r = reader(where)
+    return (r.integer("restarts", restarts, minimum=0),
+            r.boolean("publish_in_task", publish_in_task),
+            None if attempt_timeout_s is None
+            else r.number("attempt_timeout_s", attempt_timeout_s, above=0))
 
 
 def _int_param(params: Mapping[str, Any], name: str, minimum: int) -> int:
+    """A trigger-form integer. The form (or `airflow dags trigger -c`) may send the
+    digits as a string: those are read exactly; anything else that is not an int
+    (a float, a bool, '12.5') is refused, never truncated."""
     value = params[name]
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise JobConfigError(f"DAG param {name!r} = {value!r}: must be an integer >= {minimum}")
-    return value
+    return reader("").integer(f"DAG param {name!r}", value, minimum=minimum)
 
 
 def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -90,14 +127,12 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
     are the DAG author's own and are left alone.
     """
     out = dict(config)
-    params = params or {}
+    params = reader("").mapping("DAG params", params or {})
     if params.get("steps") is not None:
         out["steps"] = _int_param(params, "steps", 1)
     kind = params.get("inject_fault")
     if kind is not None:
-        if kind not in FAULT_KINDS:
-            raise JobConfigError(f"DAG param 'inject_fault' = {kind!r}: must be one of "
-                                 f"{list(FAULT_KINDS)}")
+        reader("").text("DAG param 'inject_fault'", kind, choices=FAULT_KINDS)
         if kind == "none":
             out["faults"] = []
         else:
@@ -125,9 +160,15 @@ def materialize(config: Mapping[str, Any], params: Mapping[str, Any] | None,
         parsed = config_from_mapping(data)
     except ConfigError as exc:
         raise JobConfigError(str(exc)) from None
-    paths.job_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=paths.job_dir, prefix=".trainer-", suffix=".json")
+    try:
+        paths.job_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=paths.job_dir, prefix=".trainer-", suffix=".json")
+    except (PermissionError, NotADirectoryError, FileExistsError) as exc:
+        # a setup mistake, not a passing fault: retrying cannot fix it
+        raise JobConfigError(f"work_dir = {str(paths.work_dir)!r}: cannot write the job's "
+                             f"files under it ({paths.job_dir}): {exc.strerror or exc}"
+                             ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

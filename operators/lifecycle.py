@@ -16,7 +16,13 @@ from typing import Any, Final
 from airflow.sdk import DAG, Param
 
 from airflow_ett.jobs import tags_for
-from airflow_ett.operators.job import FAULT_KINDS, JobConfigError, check_trainer_config
+from airflow_ett.operators.job import (
+    FAULT_KINDS,
+    JobConfigError,
+    check_trainer_config,
+    check_work_dir,
+    reader,
+)
 from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
 from airflow_ett.operators.publish import PublishModelOperator
 from airflow_ett.operators.train import TorchRecTrainOperator
@@ -30,30 +36,42 @@ TASK_IDS: Final = {"prewarm": "prewarm_compile_cache", "train": "train",
 DEFAULT_QUEUES: Final = {"prewarm": "cpu", "train": "gpu", "publish": "cpu"}
 
 
-def _roles_mapping(name: str, value: Mapping[str, str] | None) -> dict[str, str]:
-    value = dict(value or {})
-    unknown = sorted(set(value) - set(ROLES))
+_R = reader("training_job")
+
+
+def _roles_mapping(name: str, value: object) -> dict[str, str]:
+    """`{role: name}`; a list or a string is refused by name (`dict(["gpu"])` would say
+    "dictionary update sequence element #0 has length 3")."""
+    if value is None:
+        return {}
+    out = dict(_R.mapping(name, value))
+    unknown = sorted(set(out) - set(ROLES))
     if unknown:
         raise JobConfigError(f"training_job: {name} has unknown key(s) {unknown}; known: "
                              f"{list(ROLES)}")
-    for key, item in value.items():
-        if not isinstance(item, str) or not item:
-            raise JobConfigError(f"training_job: {name}[{key!r}] = {item!r}: must be a "
-                                 "non-empty string")
-    return value
+    for key, item in out.items():
+        _R.text(f"{name}[{key!r}]", item)
+    return out
 
 
-def _optimizations(value: Mapping[str, bool] | None) -> dict[str, bool]:
+def _optimizations(value: object) -> dict[str, bool]:
     chosen = {name: True for name in OPTIMIZATIONS}
-    for key, item in (value or {}).items():
+    if value is None:
+        return chosen
+    for key, item in _R.mapping("optimizations", value).items():
         if key not in OPTIMIZATIONS:
             raise JobConfigError(f"training_job: optimizations[{key!r}]: unknown; known: "
                                  f"{list(OPTIMIZATIONS)}")
-        if not isinstance(item, bool):
-            raise JobConfigError(f"training_job: optimizations[{key!r}] = {item!r}: must be "
-                                 "True or False")
-        chosen[key] = item
+        chosen[key] = _R.boolean(f"optimizations[{key!r}]", item)
     return chosen
+
+
+def _faults(value: object) -> list[dict[str, Any]]:
+    """A list of `{kind, at_step, attempt}` mappings (the trainer reads each field)."""
+    items = _R.sequence("faults", value)
+    for i, item in enumerate(items):
+        _R.mapping(f"faults[{i}]", item)
+    return [dict(item) for item in items]
 
 
 def _model_tag(model: str | Mapping[str, Any]) -> str:
@@ -132,20 +150,28 @@ def training_job(
     :param record: False: no ETT recording for this DAG (the per-DAG opt-out).
     :param dag_kwargs: passed to `airflow.sdk.DAG` (description, catchup, ...).
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise JobConfigError(f"training_job: steps = {steps!r}: must be an integer >= 1")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise JobConfigError(f"training_job: retries = {retries!r}: must be an integer >= 0")
+    _R.text("dag_id", dag_id)
+    if not isinstance(model, str | Mapping) or (isinstance(model, str) and not model.strip()):
+        raise _R.fail("model", model, "must be a bundled model's name, a path to a JSON model "
+                                      "config, or the config as a mapping")
+    steps = _R.integer("steps", steps, minimum=1)
+    retries = _R.integer("retries", retries, minimum=0)
     if not isinstance(retry_delay, timedelta) or retry_delay < timedelta(0):
-        raise JobConfigError(f"training_job: retry_delay = {retry_delay!r}: must be a "
-                             "timedelta >= 0")
-    if not isinstance(tenant, str) or not tenant or len(tenant) > 80:
-        raise JobConfigError(f"training_job: tenant = {tenant!r}: must be a non-empty string "
-                             "of at most 80 characters")
+        raise _R.fail("retry_delay", retry_delay, "must be a timedelta >= 0")
+    restarts = _R.integer("restarts", restarts, minimum=0)
+    nproc = _R.integer("nproc", nproc, minimum=1)
+    _R.text("tenant", tenant, max_len=80)
+    if start_date is not None and not isinstance(start_date, datetime):
+        raise _R.fail("start_date", start_date, "must be a datetime or None")
+    record = _R.boolean("record", record)
+    dag_tags_own = list(_R.strings("tags", tags))
+    work_dir = check_work_dir("training_job", work_dir)
     opts = _optimizations(optimizations)
     queue_of = {**DEFAULT_QUEUES, **_roles_mapping("queues", queues)}
     pool_of = _roles_mapping("pools", pools)
-    options = dict(trainer_options or {})
+    fault_list = _faults(faults)
+    options = {} if trainer_options is None else dict(
+        _R.mapping("trainer_options", trainer_options))
     clashing = sorted(set(options) & {"model", "steps", "checkpoint_interval", "faults",
                                       "optimizations"})
     if clashing:
@@ -156,20 +182,23 @@ def training_job(
         "model": _model_config(model),
         "steps": steps,
         "checkpoint_interval": checkpoint_interval,
-        "faults": [dict(f) for f in faults],
+        "faults": fault_list,
         "optimizations": {k: opts[k] for k in TRAINER_OPTIMIZATIONS},
     }
-    check_trainer_config(trainer_config)
+    cfg = check_trainer_config(trainer_config, nproc=nproc)
 
-    first_fault = dict(faults[0]) if faults else {}
+    first_fault = cfg.faults[0] if cfg.faults else None  # validated: no int() truncation
     params = {
         "steps": Param(steps, type="integer", minimum=1, description="training steps"),
-        "inject_fault": Param(first_fault.get("kind", "none"), enum=list(FAULT_KINDS),
+        "inject_fault": Param(first_fault.kind if first_fault else "none",
+                              enum=list(FAULT_KINDS),
                               description="inject one failure into the trainer"),
-        "fault_at_step": Param(int(first_fault.get("at_step", 1)), type="integer", minimum=1,
+        "fault_at_step": Param(first_fault.at_step if first_fault else 1, type="integer",
+                               minimum=1,
                                description="the step after which the failure happens"),
-        "fault_attempt": Param(int(first_fault.get("attempt") or 1), type="integer",
-                               minimum=1, description="the trainer attempt it happens on"),
+        "fault_attempt": Param((first_fault.attempt or 1) if first_fault else 1,
+                               type="integer", minimum=1,
+                               description="the trainer attempt it happens on"),
     }
     common: dict[str, Any] = {"trainer_config": trainer_config, "nproc": nproc,
                               "work_dir": work_dir, "record": record}
@@ -180,13 +209,13 @@ def training_job(
             out["pool"] = pool_of[role]
         return out
 
-    dag_tags = [*tags_for(tenant, _model_tag(model), record=record), *tags]
+    dag_tags = [*tags_for(tenant, _model_tag(model), record=record), *dag_tags_own]
     with DAG(dag_id, schedule=schedule, start_date=start_date, params=params, tags=dag_tags,
              **dag_kwargs) as dag:
         train = TorchRecTrainOperator(
             restarts=restarts, publish_in_task=not opts["standalone_publish"],
             retries=retries, retry_delay=retry_delay, **role_kwargs("train"))
-        if opts["compile_cache"] and trainer_config.get("compile", True):
+        if opts["compile_cache"] and cfg.compile:
             CompileCachePrewarmOperator(**role_kwargs("prewarm")) >> train
         if opts["standalone_publish"]:
             train >> PublishModelOperator(**role_kwargs("publish"))

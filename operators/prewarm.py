@@ -9,13 +9,16 @@ On a hit it only checks the entry and says so.
 
 from __future__ import annotations
 
+import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_ett._proc import terminate_tree
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
-from airflow_ett.operators.job import JobConfigError, JobPaths
+from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.trainer.faults import EXIT_BAD_CONFIG, EXIT_OK
 
 
@@ -33,11 +36,10 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
     ui_color = "#fdf3d8"
 
     def __init__(self, *, queue: str = "cpu", timeout_s: float = 1800.0, **kwargs: Any) -> None:
-        super().__init__(queue=queue, **kwargs)
-        if not timeout_s > 0:
-            raise JobConfigError(f"CompileCachePrewarmOperator: timeout_s = {timeout_s!r}: "
-                                 "must be > 0")
-        self.timeout_s = timeout_s
+        super().__init__(queue=reader(type(self).__name__).text("queue", queue), **kwargs)
+        self.timeout_s = reader(type(self).__name__).number("timeout_s", timeout_s, above=0)
+        self._proc: subprocess.Popen[str] | None = None
+        self._killed: threading.Event | None = None
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
@@ -87,12 +89,31 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
     def _compile(self, paths: JobPaths, job: str) -> int:
         from airflow_ett.trainer.launcher import run_attempts
 
+        def on_start(proc: subprocess.Popen[str], _number: int, _attempt: str) -> None:
+            self._proc = proc
+
         # The trainer reports nothing here: the operator's job-level `cache_prewarm`
         # phase is the record (a trainer "attempt" would count as a job attempt).
+        self._killed = threading.Event()
         result = run_attempts(
             paths.config_file, job, max_attempts=1, attempt_id=lambda _n: "prewarm",
             env={**self.child_env(paths), "AIRFLOW__ETT__DISABLED": "True"},
             extra_args=["--prewarm", "--prewarm-world-size", str(self.nproc)],
-            on_output=self.log.info, timeout=self.timeout_s,
+            on_output=self.log.info, timeout=self.timeout_s, on_start=on_start,
+            stop=self._killed,
         )
+        self._proc = None
         return result.last.exit_code
+
+    def on_kill(self) -> None:
+        """End the prewarm compile and every process under it. Nothing is lost: a
+        cache entry is committed atomically or not at all, so a killed compile leaves
+        no half entry for the train task to trip on."""
+        if self._killed is not None:
+            self._killed.set()
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        ended = terminate_tree(proc, grace_s=5.0)
+        self.log.info("on_kill: ended the prewarm compile (pid %d): %d process(es) signalled, "
+                      "%d needed SIGKILL", proc.pid, len(ended.signalled), len(ended.killed))

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
-from airflow_ett.operators.job import JobConfigError, JobPaths
+from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.trainer.config import TrainerConfig
 
 _SUMMARY_KEYS = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
@@ -77,7 +77,7 @@ class PublishModelOperator(EttTrainerOperator):
     ui_color = "#efe3fa"
 
     def __init__(self, *, queue: str = "cpu", **kwargs: Any) -> None:
-        super().__init__(queue=queue, **kwargs)
+        super().__init__(queue=reader(type(self).__name__).text("queue", queue), **kwargs)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         result = publish_job(self, context, self.log)

@@ -15,13 +15,14 @@ the moment the job releases its GPUs (`job_ended`), which is where E2E stops.
 
 from __future__ import annotations
 
-import signal
+import contextlib
 import subprocess
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_ett._proc import ProcessTree
 from airflow_ett.jobs import attempt_id_for
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import (
@@ -30,7 +31,7 @@ from airflow_ett.operators.errors import (
     default_retry_policy,
     failure_for,
 )
-from airflow_ett.operators.job import JobConfigError, JobPaths
+from airflow_ett.operators.job import JobConfigError, JobPaths, check_train_args
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, run_attempts
 
@@ -63,15 +64,9 @@ class TorchRecTrainOperator(EttTrainerOperator):
                  attempt_timeout_s: float | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("retry_policy", default_retry_policy())
         super().__init__(queue=queue, **kwargs)
-        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-            raise JobConfigError(f"TorchRecTrainOperator: restarts = {restarts!r}: must be an "
-                                 "integer >= 0")
-        if attempt_timeout_s is not None and not attempt_timeout_s > 0:
-            raise JobConfigError(f"TorchRecTrainOperator: attempt_timeout_s = "
-                                 f"{attempt_timeout_s!r}: must be > 0 or None")
-        self.restarts = restarts
-        self.publish_in_task = publish_in_task
-        self.attempt_timeout_s = attempt_timeout_s
+        self.restarts, self.publish_in_task, self.attempt_timeout_s = check_train_args(
+            type(self).__name__, restarts=restarts, publish_in_task=publish_in_task,
+            attempt_timeout_s=attempt_timeout_s)
         # Run state lives in execute (Airflow deep-copies operators; a lock cannot be).
         self._proc: subprocess.Popen[str] | None = None
         self._killed: threading.Event | None = None
@@ -170,18 +165,26 @@ class TorchRecTrainOperator(EttTrainerOperator):
 
     def on_kill(self) -> None:
         """Ask the trainer to checkpoint and leave (SIGTERM: it exits 75 after saving),
-        within its grace period; kill it after that."""
+        within its grace period; after that, SIGKILL every process of the attempt.
+
+        SIGTERM goes to the top process only: torchrun forwards it to its ranks, and a
+        trainer stops its own data workers; signalled directly, they would die mid-step.
+        The tree is recorded before the signal, since ranks run in sessions of their own
+        and outlive a killed torchrun as orphans, holding the GPUs."""
         if self._killed is not None:
             self._killed.set()  # no in-place restart after this
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
-        self.log.info("on_kill: SIGTERM to the trainer (pid %d), grace %.0f s", proc.pid,
-                      self._grace_s)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=self._grace_s + 5.0)
-        except subprocess.TimeoutExpired:
-            self.log.warning("on_kill: the trainer outlived its grace period: SIGKILL")
-            proc.kill()
-            proc.wait()
+        tree = ProcessTree(proc)
+        self.log.info("on_kill: SIGTERM to the trainer (pid %d; %d process(es) in its tree), "
+                      "grace %.0f s", proc.pid, len(tree.alive()), self._grace_s)
+        ended = tree.terminate(grace_s=self._grace_s + 5.0, roots_only=True)
+        if ended.killed:
+            self.log.warning("on_kill: the trainer outlived its grace period: SIGKILL to %s",
+                             list(ended.killed))
+        if ended.left:
+            self.log.error("on_kill: processes of the trainer still run after SIGKILL: %s",
+                           list(ended.left))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)

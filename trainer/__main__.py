@@ -17,18 +17,34 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from typing import NoReturn  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is a bad config: one line and exit 78 (argparse's own exit 2
+    reads as an application failure, which is retried)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"trainer: error: {message}", file=sys.stderr)
+        sys.exit(_EXIT_BAD_CONFIG)
+
+
+_EXIT_BAD_CONFIG = 78  # faults.EXIT_BAD_CONFIG, without importing the trainer yet
+
+
+def _env_attempt_number() -> int | str:
+    raw = os.environ.get("ETT_ATTEMPT_NUMBER", "1")
+    return int(raw) if raw.strip().isdigit() else raw
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m airflow_ett.trainer", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--config", required=True, help="trainer config (TOML or JSON)")
     parser.add_argument("--job-id", default=os.environ.get("ETT_JOB_ID"))
     parser.add_argument("--attempt-id", default=os.environ.get("ETT_ATTEMPT_ID"))
-    parser.add_argument(
-        "--attempt-number", type=int, default=int(os.environ.get("ETT_ATTEMPT_NUMBER", "1"))
-    )
+    parser.add_argument("--attempt-number", type=int, default=None)
     parser.add_argument(
         "--prewarm",
         action="store_true",
@@ -40,27 +56,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--log-level", default=os.environ.get("ETT_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
+    if args.attempt_number is None:
+        args.attempt_number = _env_attempt_number()
+    if not isinstance(args.attempt_number, int) or args.attempt_number < 1:
+        print(f"trainer: error: --attempt-number (or ETT_ATTEMPT_NUMBER) = "
+              f"{args.attempt_number!r}: must be an integer >= 1", file=sys.stderr)
+        return _EXIT_BAD_CONFIG
+    level = logging.getLevelName(args.log_level.upper())
+    if not isinstance(level, int):
+        print(f"trainer: error: --log-level (or ETT_LOG_LEVEL) = {args.log_level!r}: must be "
+              "DEBUG, INFO, WARNING or ERROR", file=sys.stderr)
+        return _EXIT_BAD_CONFIG
     # Our loggers at the chosen level; everything else (fbgemm logs each library it
     # loads at INFO on the root logger) only from WARNING up.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("airflow_ett").setLevel(args.log_level.upper())
+    logging.getLogger("airflow_ett").setLevel(level)
 
     from airflow_ett.trainer import TorchRecMissingError, require_torchrec
     from airflow_ett.trainer.config import ConfigError, load_config
     from airflow_ett.trainer.faults import EXIT_BAD_CONFIG
+    from airflow_ett.trainer.preflight import preflight
 
     try:
         require_torchrec()
         cfg = load_config(args.config)
+        # before any allocation, compile or restore: what cannot work fails in a line
+        preflight(cfg, prewarm=args.prewarm, prewarm_world_size=args.prewarm_world_size)
     except (ConfigError, TorchRecMissingError) as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
-    if args.attempt_number < 1:
-        print(
-            f"trainer: error: --attempt-number = {args.attempt_number}: must be >= 1",
-            file=sys.stderr,
-        )
         return EXIT_BAD_CONFIG
     from airflow_ett.trainer.loop import Identity, run
 

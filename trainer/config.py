@@ -9,7 +9,7 @@ startup on a typo is exactly the waste this project exists to remove.
 from __future__ import annotations
 
 import json
-import os
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
+from airflow_ett.trainer.readers import Reader, show
 
 FaultKind = Literal["raise", "kill", "hang"]
 
@@ -83,13 +84,17 @@ class TrainerConfig:
         return replace(self, **changes)
 
 
+_R = Reader("trainer config", ConfigError)
+_INTERVAL_WHY = "give steps (int), seconds ('30s') or 'auto'"
+
+
 def _bad(name: str, value: object, why: str) -> ConfigError:
-    return ConfigError(f"trainer config: {name} = {value!r}: {why}")
+    return ConfigError(f"trainer config: {name} = {show(value)}: {why}")
 
 
 def _interval(value: object) -> int | str:
     if isinstance(value, bool):
-        raise _bad("checkpoint_interval", value, "give steps (int), seconds ('30s') or 'auto'")
+        raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
     if isinstance(value, int):
         if value <= 0:
             raise _bad("checkpoint_interval", value, "steps must be > 0")
@@ -102,36 +107,47 @@ def _interval(value: object) -> int | str:
                 seconds = float(value[:-1])
             except ValueError:
                 seconds = -1.0
-            if seconds > 0:
+            if math.isfinite(seconds) and seconds > 0:  # "infs" / "nans" parse as floats
                 return value
-        raise _bad("checkpoint_interval", value, "give steps (int), seconds ('30s') or 'auto'")
-    raise _bad("checkpoint_interval", value, "give steps (int), seconds ('30s') or 'auto'")
+        raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
+    raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
+
+
+_FAULT_KEYS = ("kind", "at_step", "attempt")
 
 
 def _faults(raw: object) -> tuple[FaultSpec, ...]:
-    if not isinstance(raw, list):
+    if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, list | tuple):
         raise _bad("faults", raw, "must be a list of {kind, at_step, attempt}")
     out = []
     for i, item in enumerate(raw):
         if not isinstance(item, Mapping):
             raise _bad(f"faults[{i}]", item, "must be a table {kind, at_step, attempt}")
+        _R.mapping(f"faults[{i}]", item, known=_FAULT_KEYS)
         kind = item.get("kind")
         if kind not in ("raise", "kill", "hang"):
             raise _bad(f"faults[{i}].kind", kind, "must be 'raise', 'kill' or 'hang'")
-        at_step = item.get("at_step")
-        if not isinstance(at_step, int) or isinstance(at_step, bool) or at_step < 1:
-            raise _bad(f"faults[{i}].at_step", at_step, "must be an integer >= 1")
+        at_step = _R.integer(f"faults[{i}].at_step", item.get("at_step"), minimum=1)
         attempt = item.get("attempt")
-        if attempt is not None and (not isinstance(attempt, int) or attempt < 1):
-            raise _bad(f"faults[{i}].attempt", attempt, "must be an integer >= 1 or absent")
+        if attempt is not None:
+            attempt = _R.integer(f"faults[{i}].attempt", attempt, minimum=1)
         out.append(FaultSpec(kind, at_step, attempt))
+    seen: dict[tuple[int, int | None], int] = {}
+    for i, spec in enumerate(out):
+        if (spec.at_step, spec.attempt) in seen:  # the injector keeps one fault per step
+            raise _bad(f"faults[{i}]", raw[i], f"same at_step and attempt as "
+                                               f"faults[{seen[spec.at_step, spec.attempt]}]")
+        seen[spec.at_step, spec.attempt] = i
     return tuple(out)
 
 
 def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
                         ) -> TrainerConfig:
+    """Every field through a typed reader: nothing a person typed is coerced."""
+    if not isinstance(data, Mapping):
+        raise _bad("(top level)", data, "must be a table / JSON object")
     known = {f.name for f in fields(TrainerConfig)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise ConfigError(f"trainer config: unknown field(s) {unknown}; known: {sorted(known)}")
     for required in ("model", "steps", "checkpoint_dir"):
@@ -141,22 +157,16 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
 
     def path(name: str) -> Path | None:
         value = data.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, str | os.PathLike):
-            raise _bad(name, value, "must be a path")
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else base / p
+        return None if value is None else _R.path(name, value, base=base)
 
-    def number(name: str, default: float, *, minimum: float = 0.0, integer: bool = False,
-               strict: bool = False) -> Any:
+    def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+        return _R.integer(name, data.get(name, default), minimum=minimum, maximum=maximum)
+
+    def seconds(name: str, default: float, *, positive: bool) -> float:
         value = data.get(name, default)
-        ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok_type:
-            raise _bad(name, value, "must be an integer" if integer else "must be a number")
-        if value < minimum or (strict and value == minimum):
-            raise _bad(name, value, f"must be {'>' if strict else '>='} {minimum}")
-        return value
+        if positive:
+            return _R.number(name, value, above=0)
+        return _R.number(name, value, minimum=0)
 
     try:
         model = resolve_model_config(data["model"])
@@ -169,30 +179,30 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
     for key, value in opts_raw.items():
         if key not in opt_fields:
             raise _bad(f"optimizations.{key}", value, f"unknown; known: {sorted(opt_fields)}")
-        if not isinstance(value, bool):
-            raise _bad(f"optimizations.{key}", value, "must be true or false")
+        _R.boolean(f"optimizations.{key}", value)
     checkpoint_dir = path("checkpoint_dir")
-    assert checkpoint_dir is not None
+    if checkpoint_dir is None:
+        raise _bad("checkpoint_dir", None, "must be a path (a non-empty string)")
+    hang = data.get("hang_timeout_s")
     return TrainerConfig(
         model=model,
-        steps=number("steps", 0, minimum=1, integer=True),
+        steps=integer("steps", 0, minimum=1),
         checkpoint_dir=checkpoint_dir,
-        seed=number("seed", 1234, integer=True),
-        batch_size=number("batch_size", 256, minimum=1, integer=True),
-        lr_dense=number("lr_dense", 0.05, strict=True),
-        lr_sparse=number("lr_sparse", 0.05, strict=True),
-        num_workers=number("num_workers", 1, integer=True),
-        prefetch=number("prefetch", 4, minimum=1, integer=True),
-        data_startup_latency_s=number("data_startup_latency_s", 0.0),
-        compile=bool(data.get("compile", True)),
+        seed=integer("seed", 1234, minimum=0, maximum=2**63 - 1),
+        batch_size=integer("batch_size", 256, minimum=1),
+        lr_dense=_R.number("lr_dense", data.get("lr_dense", 0.05), above=0),
+        lr_sparse=_R.number("lr_sparse", data.get("lr_sparse", 0.05), above=0),
+        num_workers=integer("num_workers", 1, minimum=0),
+        prefetch=integer("prefetch", 4, minimum=1),
+        data_startup_latency_s=seconds("data_startup_latency_s", 0.0, positive=False),
+        compile=_R.boolean("compile", data.get("compile", True)),
         compile_cache_dir=path("compile_cache_dir"),
         checkpoint_interval=_interval(data.get("checkpoint_interval", 50)),
-        keep_last=number("keep_last", 3, minimum=1, integer=True),
-        grace_s=number("grace_s", 30.0, strict=True),
-        log_every_s=number("log_every_s", 5.0, strict=True),
-        step_sleep_s=number("step_sleep_s", 0.0),
-        hang_timeout_s=(None if data.get("hang_timeout_s") is None
-                        else number("hang_timeout_s", 0.0, strict=True)),
+        keep_last=integer("keep_last", 3, minimum=1),
+        grace_s=seconds("grace_s", 30.0, positive=True),
+        log_every_s=seconds("log_every_s", 5.0, positive=True),
+        step_sleep_s=seconds("step_sleep_s", 0.0, positive=False),
+        hang_timeout_s=None if hang is None else seconds("hang_timeout_s", 0.0, positive=True),
         events_file=path("events_file"),
         faults=_faults(data.get("faults", [])),
         optimizations=Optimizations(**opts_raw),

@@ -374,6 +374,8 @@ class Trainer:
             "cursor": self.cursor,
             "rng": rng_state(),
             "model": self.cfg.model.name,
+            # what preflight compares, so another model's job refuses this directory
+            "model_identity": self.cfg.model.identity(),
             "world_size": self.env.world_size,
         }
         return self.manager.save(self.step, {"train": self._train_state()}, extra)

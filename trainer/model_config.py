@@ -6,10 +6,13 @@ parses it (every few seconds, in the dag-processor) without importing torch (1 s
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from airflow_ett.trainer.readers import Reader, show
 
 
 class ModelConfigError(ValueError):
@@ -31,28 +34,41 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, why: str) -> ModelConfigError:
-            return ModelConfigError(f"model config {self.name!r}: {name} = {value!r}: {why}")
-
-        if self.num_dense <= 0:
-            raise bad("num_dense", self.num_dense, "must be > 0")
-        if self.embedding_dim <= 0:
-            raise bad("embedding_dim", self.embedding_dim, "must be > 0")
-        if not self.tables:
-            raise bad("tables", self.tables, "needs at least one table")
+        """Checks types too (a bundled config is built in Python, a DAG file may pass
+        anything): `num_dense = 8.9` is refused, not truncated to 8."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ModelConfigError(f"model config: name = {show(self.name)}: must be a "
+                                   "non-empty string")
+        r = Reader(f"model config {self.name!r}", ModelConfigError)
+        r.integer("num_dense", self.num_dense, minimum=1)
+        r.integer("embedding_dim", self.embedding_dim, minimum=1)
+        r.integer("ids_per_feature", self.ids_per_feature, minimum=1)
+        if not isinstance(self.tables, tuple) or not self.tables:
+            raise r.fail("tables", self.tables, "needs at least one table")
+        for i, table in enumerate(self.tables):
+            if not isinstance(table, tuple) or len(table) != 2:
+                raise r.fail(f"tables[{i}]", table, "must be a pair [name, num_embeddings]")
+            r.text(f"tables[{i}] name", table[0])
         names = [name for name, _ in self.tables]
         if len(set(names)) != len(names):
-            raise bad("tables", names, "table names must be unique")
+            raise r.fail("tables", names, "table names must be unique")
         for name, rows in self.tables:
+            if isinstance(rows, bool) or not isinstance(rows, int):
+                raise r.fail(f"tables[{name}]", rows, "num_embeddings must be an integer")
             if rows <= 0:
-                raise bad(f"tables[{name}]", rows, "num_embeddings must be > 0")
+                raise r.fail(f"tables[{name}]", rows, "num_embeddings must be > 0")
+        for arch in ("dense_arch", "over_arch"):
+            sizes = getattr(self, arch)
+            if not isinstance(sizes, tuple):
+                raise r.fail(arch, sizes, "must be a tuple of layer sizes")
+            for i, size in enumerate(sizes):
+                r.integer(f"{arch}[{i}]", size, minimum=1)
         if not self.dense_arch or self.dense_arch[-1] != self.embedding_dim:
-            raise bad("dense_arch", self.dense_arch,
-                      f"must end in embedding_dim ({self.embedding_dim})")
+            raise r.fail("dense_arch", self.dense_arch,
+                         f"must end in embedding_dim ({self.embedding_dim})")
         if not self.over_arch or self.over_arch[-1] != 1:
-            raise bad("over_arch", self.over_arch, "must end in 1 (one logit)")
-        if self.ids_per_feature <= 0:
-            raise bad("ids_per_feature", self.ids_per_feature, "must be > 0")
+            raise r.fail("over_arch", self.over_arch, "must end in 1 (one logit)")
+        r.mapping("extra", self.extra)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -63,26 +79,52 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
-        known = {f for f in cls.__dataclass_fields__}
+        """Read a model config a person wrote (TOML, JSON, a DAG file's dict): every value
+        keeps the type it was given or is refused; nothing is converted."""
+        known = set(cls.__dataclass_fields__)
+        where = data.get("name") if isinstance(data, Mapping) else None
+        r = Reader("model config" if not isinstance(where, str) else f"model config {where!r}",
+                   ModelConfigError)
+        r.mapping("model", data)
         unknown = sorted(set(data) - known)
         if unknown:
             raise ModelConfigError(f"model config: unknown field(s) {unknown}; known: "
                                    f"{sorted(known)}")
-        try:
-            return cls(
-                name=str(data["name"]),
-                num_dense=int(data["num_dense"]),
-                embedding_dim=int(data["embedding_dim"]),
-                tables=tuple((str(n), int(r)) for n, r in data["tables"]),
-                dense_arch=tuple(int(x) for x in data["dense_arch"]),
-                over_arch=tuple(int(x) for x in data["over_arch"]),
-                ids_per_feature=int(data.get("ids_per_feature", 4)),
-                extra=dict(data.get("extra", {})),
-            )
-        except KeyError as exc:
-            raise ModelConfigError(f"model config: missing field {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
-            raise ModelConfigError(f"model config: {exc}") from None
+        for required in ("name", "num_dense", "embedding_dim", "tables", "dense_arch",
+                         "over_arch"):
+            if required not in data:
+                raise ModelConfigError(f"model config: missing field {required!r}")
+        tables = []
+        for i, item in enumerate(r.sequence("tables", data["tables"], min_len=1)):
+            pair = r.sequence(f"tables[{i}]", item)
+            if len(pair) != 2:
+                raise r.fail(f"tables[{i}]", item, "must be a pair [name, num_embeddings]")
+            tables.append((r.text(f"tables[{i}] name", pair[0]),
+                           r.integer(f"tables[{i}] num_embeddings", pair[1], minimum=1)))
+        return cls(
+            name=r.text("name", data["name"]),
+            num_dense=r.integer("num_dense", data["num_dense"], minimum=1),
+            embedding_dim=r.integer("embedding_dim", data["embedding_dim"], minimum=1),
+            tables=tuple(tables),
+            dense_arch=tuple(r.integer(f"dense_arch[{i}]", x, minimum=1)
+                             for i, x in enumerate(r.sequence("dense_arch", data["dense_arch"]))),
+            over_arch=tuple(r.integer(f"over_arch[{i}]", x, minimum=1)
+                            for i, x in enumerate(r.sequence("over_arch", data["over_arch"]))),
+            ids_per_feature=r.integer("ids_per_feature", data.get("ids_per_feature", 4),
+                                      minimum=1),
+            extra=dict(r.mapping("extra", data.get("extra", {}))),
+        )
+
+    def identity(self) -> str:
+        """What a checkpoint of this model is tied to: the shapes of its parameters (and
+        its name), not knobs like `ids_per_feature` that a restore does not care about.
+        Recorded in each checkpoint's marker, so that a job pointed at a directory holding
+        another model's checkpoints is refused before it builds anything."""
+        shapes = {"name": self.name, "num_dense": self.num_dense,
+                  "embedding_dim": self.embedding_dim, "tables": [list(t) for t in self.tables],
+                  "dense_arch": list(self.dense_arch), "over_arch": list(self.over_arch)}
+        text = json.dumps(shapes, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def fingerprint(self) -> str:
         """Canonical JSON: what the compile-cache key and checkpoints are tied to."""
@@ -113,9 +155,12 @@ BUNDLED: dict[str, ModelConfig] = {
 }
 
 
-def resolve_model_config(name_or_mapping: str | Mapping[str, Any]) -> ModelConfig:
+def resolve_model_config(name_or_mapping: object) -> ModelConfig:
     if isinstance(name_or_mapping, Mapping):
         return ModelConfig.from_dict(name_or_mapping)
+    if not isinstance(name_or_mapping, str):
+        raise ModelConfigError(f"model = {show(name_or_mapping)}: must be a bundled model's "
+                               f"name ({sorted(BUNDLED)}) or a mapping with the full config")
     found = BUNDLED.get(name_or_mapping)
     if found is None:
         raise ModelConfigError(f"model = {name_or_mapping!r}: not a bundled model "

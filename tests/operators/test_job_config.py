@@ -10,6 +10,7 @@ import pytest
 from airflow_ett.operators.job import (
     JobConfigError,
     apply_params,
+    check_train_args,
     check_trainer_config,
     job_paths,
     materialize,
@@ -67,3 +68,44 @@ def test_materialize_writes_one_config_every_task_reads(tmp_path: Path) -> None:
     assert paths.config_file.read_bytes() == first
     assert json.loads(first)["compile_cache_dir"] == str(paths.compile_cache_dir)
     assert [p.name for p in paths.job_dir.iterdir()] == ["trainer.json"]  # no temp files
+
+
+@pytest.mark.parametrize(("params", "named"), [
+    ({"steps": 12.5}, "'steps' = 12.5: must be an integer"),
+    ({"steps": "12.5"}, "'steps' = '12.5': must be an integer"),
+    ({"steps": True}, "'steps' = True: must be an integer"),
+    ({"inject_fault": "kill", "fault_at_step": 2.9}, "'fault_at_step' = 2.9"),
+    ({"inject_fault": ["kill"]}, "'inject_fault' = \\['kill'\\]"),
+    ({"inject_fault": "kill", "fault_attempt": "1.0"}, "'fault_attempt' = '1.0'"),
+])
+def test_trigger_form_values_are_not_truncated(params: dict[str, object], named: str) -> None:
+    with pytest.raises(JobConfigError, match=named):
+        apply_params(TINY, params)
+
+
+def test_a_non_mapping_trainer_config_is_named() -> None:
+    with pytest.raises(JobConfigError, match="trainer_config = \\['model'\\]: must be a map"):
+        check_trainer_config(["model"])  # type: ignore[arg-type]
+
+
+def test_a_work_dir_nobody_can_write_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    paths = job_paths(tmp_path / "f", "dag", "run")  # under a file: never writable
+    with pytest.raises(JobConfigError, match=r"work_dir = '.*f': cannot write the job's files"):
+        materialize(TINY, {}, paths)
+
+
+def test_train_operator_arguments_are_read_typed() -> None:
+    assert check_train_args("T", restarts=2, publish_in_task=False,
+                            attempt_timeout_s=None) == (2, False, None)
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"restarts": True}, "restarts = True"),
+        ({"publish_in_task": "no"}, "publish_in_task = 'no': must be true or false"),
+        ({"attempt_timeout_s": float("inf")}, "attempt_timeout_s = inf: must be a finite"),
+        ({"attempt_timeout_s": float("nan")}, "attempt_timeout_s = nan"),
+    ]
+    for kwargs, named in cases:
+        args: dict[str, object] = {"restarts": 1, "publish_in_task": False,
+                                   "attempt_timeout_s": None, **kwargs}
+        with pytest.raises(JobConfigError, match=named):
+            check_train_args("T", **args)

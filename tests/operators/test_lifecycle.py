@@ -103,3 +103,64 @@ def test_bad_options_fail_at_parse_time_naming_field_and_value(
         changes: dict[str, Any], message: str) -> None:
     with pytest.raises(JobConfigError, match=message):
         build(**changes)
+
+
+HUGE = {"name": "huge", "num_dense": 8, "embedding_dim": 8, "tables": [["cat_0", 10**12]],
+        "dense_arch": [8], "over_arch": [1]}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    # issue 8: booleans are booleans, integers integers, mappings mappings
+    ({"trainer_options": {"compile": "no"}}, "compile = 'no': must be true or false"),
+    ({"record": "no"}, "record = 'no': must be true or false"),
+    ({"tags": "abc"}, "tags = 'abc': must be a list"),
+    ({"tags": ["a", 1]}, "tags\\[1\\] = 1: must be a string"),
+    ({"queues": ["gpu"]}, "queues = \\['gpu'\\]: must be a mapping"),
+    ({"pools": "gpus"}, "pools = 'gpus': must be a mapping"),
+    ({"faults": "kill"}, "faults = 'kill': must be a list"),
+    ({"faults": ["kill"]}, "faults\\[0\\] = 'kill': must be a mapping"),
+    ({"faults": [{"kind": "kill", "at_step": 8.9}]}, "faults\\[0\\].at_step = 8.9"),
+    ({"optimizations": "all"}, "optimizations = 'all': must be a mapping"),
+    ({"trainer_options": ["batch_size"]}, "trainer_options = \\['batch_size'\\]: must be a"),
+    ({"trainer_options": {"grace_s": float("inf")}}, "grace_s = inf: must be a finite"),
+    ({"trainer_options": {"log_every_s": float("nan")}}, "log_every_s = nan: must be a fin"),
+    ({"trainer_options": {"num_workers": 1.5}}, "num_workers = 1.5: must be an integer"),
+    ({"model": {**HUGE, "num_dense": 8.9}}, "num_dense = 8.9: must be an integer"),
+    ({"model": 7}, "model = 7: must be a bundled model"),
+    ({"steps": 20.0}, "steps = 20.0: must be an integer"),
+    ({"steps": True}, "steps = True: must be an integer"),
+    ({"nproc": True}, "nproc = True: must be an integer"),
+    ({"restarts": 1.5}, "restarts = 1.5: must be an integer"),
+    ({"tenant": 5}, "tenant = 5: must be a string"),
+    ({"start_date": "2026-01-01"}, "start_date = '2026-01-01': must be a datetime"),
+    ({"work_dir": 3}, "work_dir = 3: must be a path"),
+    # issue 7 at parse time: sizes that cannot fit anywhere, by pure arithmetic
+    ({"model": HUGE}, "model.tables\\[cat_0\\] = 1000000000000: the model needs an "
+                      "estimated 96.0 TB"),
+    ({"trainer_options": {"batch_size": 10**10, "compile": False}},  # > the 1 TiB cap
+     "batch_size = 10000000000: batches need an estimated"),
+    ({"trainer_options": {"lr_dense": float("nan")}}, "lr_dense = nan"),
+])
+def test_no_silent_coercion_and_impossible_sizes_fail_at_parse_time(
+        changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(JobConfigError, match=message) as info:
+        build(**changes)
+    assert "\n" not in str(info.value)
+
+
+def test_a_work_dir_that_is_a_file_fails_at_parse_time(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(JobConfigError, match=r"work_dir = '.*f': exists and is not a direc"):
+        build(work_dir=str(tmp_path / "f"))
+
+
+def test_huge_tables_fit_when_sharded_over_enough_processes() -> None:
+    model = {**HUGE, "tables": [["cat_0", 4 * 10**10]]}  # 3.8 TB in one process
+    with pytest.raises(JobConfigError, match=r"model.tables"):
+        build(model=model)
+    assert build(model=model, nproc=8).get_task("train").nproc == 8
+
+
+def test_compile_false_has_no_prewarm_task() -> None:
+    assert [t.task_id for t in build(trainer_options={"compile": False}).tasks] == [
+        "train", "publish_model"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_ett.ett.events import PhaseEnded, PhaseStarted
 from airflow_ett.operators import CompileCachePrewarmOperator, JobConfigError
+from tests.proc_tree import TreeRecorder, still_running
 
 from .conftest import TINY, context, store_events
 
@@ -50,3 +54,56 @@ def test_nothing_to_prewarm_when_compile_is_off(ett_home: Path) -> None:
 def test_a_bad_timeout_is_refused_at_parse_time() -> None:
     with pytest.raises(JobConfigError, match="timeout_s = 0"):
         CompileCachePrewarmOperator(task_id="p", trainer_config=TINY, timeout_s=0)
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"timeout_s": float("inf")}, "timeout_s = inf: must be a finite number > 0"),
+    ({"timeout_s": float("nan")}, "timeout_s = nan"),
+    ({"timeout_s": "600"}, "timeout_s = '600': must be a number"),
+    ({"record": "no"}, "record = 'no': must be true or false"),
+    ({"nproc": 2.0}, "nproc = 2.0: must be an integer"),
+    ({"queue": ["cpu"]}, "queue = \\['cpu'\\]: must be a string"),
+    ({"trainer_config": {**TINY, "compile": "no"}}, "compile = 'no'"),
+])
+def test_constructor_arguments_are_read_typed(kwargs: dict[str, object], named: str) -> None:
+    args: dict[str, object] = {"task_id": "p", "trainer_config": TINY, **kwargs}
+    with pytest.raises(JobConfigError, match=named):
+        CompileCachePrewarmOperator(**args)  # type: ignore[arg-type]
+
+
+def test_on_kill_ends_the_prewarm_compile_and_everything_under_it(
+        ett_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed prewarm task used to leave its compile running (no on_kill): on a fleet
+    that is a process holding a GPU that Airflow believes free."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (tmp_path / "tmp").mkdir()
+    op = CompileCachePrewarmOperator(task_id="prewarm",
+                                     trainer_config={**TINY, "compile": True})
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = op.execute(context("killed_prewarm"))
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    with TreeRecorder() as recorder:
+        thread.start()
+        try:
+            deadline = time.monotonic() + 120
+            while op._proc is None:
+                assert time.monotonic() < deadline and thread.is_alive(), outcome
+                time.sleep(0.05)
+            recorder.watch(op._proc)
+            time.sleep(3.0)  # inside the trainer's start or its compile
+            op.on_kill()
+            left = still_running(recorder.starts)
+        finally:
+            thread.join(60)
+    assert not thread.is_alive()
+    assert recorder.starts, "the prewarm trainer was never seen"
+    assert left == {}, left
+    assert outcome["result"]["saved"] is False, outcome
+    assert outcome["result"]["exit_code"] != 0, outcome

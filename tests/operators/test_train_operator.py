@@ -6,6 +6,7 @@ the operator and the trainer recorded back from a real (SQLite) ETT store.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,19 +14,23 @@ from typing import Any
 
 import pytest
 
-from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, PhaseStarted
+from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, PhaseStarted, Progress
 from airflow_ett.operators import TorchRecTrainOperator
 from airflow_ett.operators.errors import (
     TrainerApplicationError,
     TrainerConfigError,
+    TrainerInfraFailure,
     TrainerPreempted,
 )
 from airflow_ett.operators.train import ATTEMPTS_KEY, first_attempt_number
 from airflow_ett.trainer.checkpoint import read_marker
+from tests.proc_tree import TreeRecorder, still_running
 
 from .conftest import TINY, DictStateStore, context, store_events, store_summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
 def operator(**changes: Any) -> TorchRecTrainOperator:
@@ -126,11 +131,12 @@ def test_on_kill_asks_the_trainer_to_checkpoint_and_leave(ett_home: Path) -> Non
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 120
-    while not any(isinstance(e, AttemptStarted) and e.host
-                  for e in store_events("ett_test__kill_task")):
+    # Until the trainer trains (its SIGTERM handler is in place by then): the operator's
+    # own attempt_started comes first, so waiting for that raced the trainer's startup.
+    while not any(isinstance(e, Progress) for e in store_events("ett_test__kill_task")):
         assert time.monotonic() < deadline and thread.is_alive(), outcome
         time.sleep(0.5)
-    time.sleep(3.0)  # let it train some steps past the restore point
+    time.sleep(1.0)  # let it train some steps past the restore point
     op.on_kill()
     thread.join(60)
     assert not thread.is_alive()
@@ -162,3 +168,51 @@ def test_each_exit_code_becomes_the_failure_airflow_retries_or_not(
     from airflow.sdk.exceptions import AirflowFailException
 
     assert isinstance(err.value, AirflowFailException) is not retried_by_airflow
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
+def test_on_kill_past_its_grace_kills_every_process_of_a_torchrun_job(
+        ett_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ranks hang (SIGTERM only sets a flag their loop never reads), so torchrun,
+    which forwards SIGTERM and then waits 30 s for them, is still waiting when on_kill's
+    grace ends. Killing torchrun alone would orphan the ranks: they run in sessions of
+    their own."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    op = operator(nproc=2, restarts=2, config={
+        "steps": 1000, "checkpoint_interval": 1000, "grace_s": 1.0,
+        "faults": [{"kind": "hang", "at_step": 3}]})
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = op.execute(context("kill_tree"))
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    with TreeRecorder() as recorder:
+        thread.start()
+        try:
+            deadline = time.monotonic() + 120
+            while op._proc is None:
+                assert time.monotonic() < deadline and thread.is_alive(), outcome
+                time.sleep(0.05)
+            recorder.watch(op._proc)
+            while not any(isinstance(e, Progress) and e.step_end >= 3
+                          for e in store_events("ett_test__kill_tree")):
+                assert time.monotonic() < deadline and thread.is_alive(), outcome
+                time.sleep(0.5)
+            time.sleep(1.0)  # the step after: both ranks are in the hang
+            op.on_kill()
+            left = still_running(recorder.starts)  # on_kill returns once all are gone
+        finally:
+            thread.join(60)
+        ranks = recorder.matching("-m airflow_ett.trainer")
+    assert not thread.is_alive()
+    assert len(ranks) >= 3, recorder.processes  # torchrun and its two ranks
+    assert left == {}, left
+    assert isinstance(outcome.get("error"), TrainerInfraFailure), outcome
+    assert outcome["error"].exit_code == -9  # torchrun outlived the grace: SIGKILL
+    events = store_events("ett_test__kill_tree")
+    assert {e.attempt for e in events if isinstance(e, AttemptStarted)} == {"1.1"}

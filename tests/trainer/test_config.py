@@ -93,3 +93,82 @@ def test_model_config_is_validated(changes: dict[str, object], message: str) -> 
     with pytest.raises(ModelConfigError) as info:
         ModelConfig(**fields)
     assert message in str(info.value)
+
+
+MODEL = BUNDLED["dlrm_tiny"].to_dict()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # issue 8: a value of the wrong type is refused by name, never converted
+        ({"compile": "no"}, "compile = 'no': must be true or false"),
+        ({"compile": 0}, "compile = 0: must be true or false"),
+        ({"grace_s": float("inf")}, "grace_s = inf: must be a finite number > 0"),
+        ({"log_every_s": float("nan")}, "log_every_s = nan: must be a finite number > 0"),
+        ({"step_sleep_s": float("nan")}, "step_sleep_s = nan: must be a finite number"),
+        ({"data_startup_latency_s": -1}, "data_startup_latency_s = -1: must be >= 0"),
+        ({"hang_timeout_s": float("inf")}, "hang_timeout_s = inf: must be a finite number"),
+        ({"num_workers": 1.5}, "num_workers = 1.5: must be an integer"),
+        ({"prefetch": 2.0}, "prefetch = 2.0: must be an integer"),
+        ({"keep_last": False}, "keep_last = False: must be an integer"),
+        ({"seed": -1}, "seed = -1: must be >= 0"),
+        ({"checkpoint_interval": "infs"}, "checkpoint_interval = 'infs'"),
+        ({"checkpoint_interval": "nans"}, "checkpoint_interval = 'nans'"),
+        ({"checkpoint_interval": 2.5}, "checkpoint_interval = 2.5"),
+        ({"faults": "kill"}, "faults = 'kill': must be a list"),
+        ({"faults": {"kind": "kill", "at_step": 1}}, "faults = {'kind': 'kill'"),
+        ({"faults": [{"kind": "kill", "at_step": 2.7}]}, "faults[0].at_step = 2.7"),
+        ({"faults": [{"kind": "kill", "at_step": 2, "attempt": True}]},
+         "faults[0].attempt = True: must be an integer"),
+        ({"faults": [{"kind": "kill", "at_step": 2, "attemp": 1}]}, "unknown key(s) ['attemp']"),
+        ({"faults": [{"kind": "kill", "at_step": 2}, {"kind": "raise", "at_step": 2}]},
+         "faults[1] = {'kind': 'raise', 'at_step': 2}: same at_step and attempt as faults[0]"),
+        ({"optimizations": ["fast_batch"]}, "optimizations = ['fast_batch']: must be a table"),
+        ({"optimizations": {"async_checkpoint": 1}}, "optimizations.async_checkpoint = 1"),
+        ({"checkpoint_dir": ""}, "checkpoint_dir = '': must be a path"),
+        ({"events_file": 3}, "events_file = 3: must be a path"),
+        ({"model": 5}, "model = 5: must be a bundled model's name"),
+        # model tables, read without int()/str()/tuple() coercion
+        ({"model": MODEL | {"num_dense": 8.9}}, "num_dense = 8.9: must be an integer"),
+        ({"model": MODEL | {"embedding_dim": "8"}}, "embedding_dim = '8': must be an integer"),
+        ({"model": MODEL | {"tables": "abc"}}, "tables = 'abc': must be a list"),
+        ({"model": MODEL | {"tables": [["a", 10.5]]}}, "tables[0] num_embeddings = 10.5"),
+        ({"model": MODEL | {"tables": [["a", 10, 3]]}}, "tables[0] = ['a', 10, 3]: must be a pair"),
+        ({"model": MODEL | {"tables": [[1, 10]]}}, "tables[0] name = 1: must be a string"),
+        ({"model": MODEL | {"dense_arch": [0, 8]}}, "dense_arch[0] = 0: must be >= 1"),
+        ({"model": MODEL | {"over_arch": "32,1"}}, "over_arch = '32,1': must be a list"),
+        ({"model": MODEL | {"ids_per_feature": True}}, "ids_per_feature = True"),
+        ({"model": MODEL | {"extra": ["x"]}}, "extra = ['x']: must be a mapping"),
+        ({"model": MODEL | {"name": 7}}, "name = 7: must be a string"),
+        ({"model": ["dlrm_tiny"]}, "model = ['dlrm_tiny']: must be a bundled model's name"),
+    ],
+)
+def test_no_silent_coercion_each_mistake_in_one_line(changes: dict[str, object],
+                                                     message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping(BASE | changes)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_model_built_in_python_is_type_checked_too() -> None:
+    with pytest.raises(ModelConfigError, match=r"num_dense = 8.9: must be an integer"):
+        ModelConfig(name="m", num_dense=8.9, embedding_dim=8,  # type: ignore[arg-type]
+                    tables=(("a", 10),), dense_arch=(8,), over_arch=(1,))
+
+
+def test_toml_nan_and_inf_are_refused(tmp_path: Path) -> None:
+    file = tmp_path / "job.toml"
+    file.write_text('model = "dlrm_tiny"\nsteps = 3\ncheckpoint_dir = "c"\nlr_dense = nan\n')
+    with pytest.raises(ConfigError, match="lr_dense = nan: must be a finite number > 0"):
+        load_config(file)
+
+
+def test_model_identity_follows_shapes_not_runtime_knobs() -> None:
+    tiny = BUNDLED["dlrm_tiny"]
+    same_shapes = ModelConfig.from_dict(tiny.to_dict() | {"ids_per_feature": 5})
+    bigger = ModelConfig.from_dict(tiny.to_dict() | {"tables": [["cat_0", 1001]]})
+    assert same_shapes.identity() == tiny.identity()
+    assert bigger.identity() != tiny.identity()
+    assert BUNDLED["dlrm_small"].identity() != tiny.identity()
