@@ -8,6 +8,7 @@ tests/e2e on a real scheduler).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -71,3 +72,18 @@ def store_summary(job: str) -> dict[str, Any]:
     assert get_emitter().flush(10.0)
     with EttStore(EttSettings.load().store_url) as store:
         return store.summary(job)
+
+
+def execute_in_thread(op: Any, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """`op.execute(context(run_id))` on a thread not yet started, so that a test can kill
+    the task meanwhile; its return value lands in `outcome["result"]`, an exception in
+    `outcome["error"]`."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = op.execute(context(run_id))
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    return threading.Thread(target=run), outcome

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,7 +11,7 @@ from airflow_ett.ett.events import PhaseEnded, PhaseStarted
 from airflow_ett.operators import CompileCachePrewarmOperator, JobConfigError
 from tests.proc_tree import TreeRecorder, still_running
 
-from .conftest import TINY, context, store_events
+from .conftest import TINY, context, execute_in_thread, store_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -80,15 +78,7 @@ def test_on_kill_ends_the_prewarm_compile_and_everything_under_it(
     (tmp_path / "tmp").mkdir()
     op = CompileCachePrewarmOperator(task_id="prewarm",
                                      trainer_config={**TINY, "compile": True})
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = op.execute(context("killed_prewarm"))
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
+    thread, outcome = execute_in_thread(op, "killed_prewarm")
     with TreeRecorder() as recorder:
         thread.start()
         try:

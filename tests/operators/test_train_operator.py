@@ -7,7 +7,6 @@ the operator and the trainer recorded back from a real (SQLite) ETT store.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,14 @@ from airflow_ett.operators.train import ATTEMPTS_KEY, first_attempt_number
 from airflow_ett.trainer.checkpoint import read_marker
 from tests.proc_tree import TreeRecorder, still_running
 
-from .conftest import TINY, DictStateStore, context, store_events, store_summary
+from .conftest import (
+    TINY,
+    DictStateStore,
+    context,
+    execute_in_thread,
+    store_events,
+    store_summary,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -120,15 +126,7 @@ def test_a_trainer_that_cannot_start_fails_without_retries(
 def test_on_kill_asks_the_trainer_to_checkpoint_and_leave(ett_home: Path) -> None:
     op = operator(restarts=3, config={"steps": 5000, "step_sleep_s": 0.01,
                                       "checkpoint_interval": 1000})
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = op.execute(context("kill_task"))
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
+    thread, outcome = execute_in_thread(op, "kill_task")
     thread.start()
     deadline = time.monotonic() + 120
     # Until the trainer trains (its SIGTERM handler is in place by then): the operator's
@@ -182,15 +180,7 @@ def test_on_kill_past_its_grace_kills_every_process_of_a_torchrun_job(
     op = operator(nproc=2, restarts=2, config={
         "steps": 1000, "checkpoint_interval": 1000, "grace_s": 1.0,
         "faults": [{"kind": "hang", "at_step": 3}]})
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = op.execute(context("kill_tree"))
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
+    thread, outcome = execute_in_thread(op, "kill_tree")
     with TreeRecorder() as recorder:
         thread.start()
         try:
