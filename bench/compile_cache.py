@@ -37,13 +37,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from airflow_ett._proc import run as run_tree
 
 PROBE = "airflow_ett.trainer.compile_probe"
 
@@ -59,10 +60,8 @@ def probe(work: Path, name: str, root: Path, *args: str) -> dict[str, Any]:
     }
     env["TMPDIR"] = str(tmp)
     start = time.perf_counter()
-    proc = subprocess.run(
+    proc = run_tree(  # a timeout ends the probe's whole tree (inductor's compile workers)
         [sys.executable, "-m", PROBE, "--root", str(root), "--local-dir", str(work / name), *args],
-        capture_output=True,
-        text=True,
         env=env,
         timeout=900,
     )
