@@ -17,7 +17,7 @@ from typing import Any
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
-from airflow_ett.trainer.config import TrainerConfig
+from airflow_ett.trainer.config import ConfigError, TrainerConfig
 
 _SUMMARY_KEYS = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
                  "shutdown_s", "components", "provisional")
@@ -56,13 +56,16 @@ def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
     dag_id, run_id = op.run_ids(context)
     summary = ett_summary(job, log)
     ett_pct = summary.get("ett_pct") if summary else None
-    published = publish_model(
-        cfg, paths.models_dir,
-        metrics={"ett_pct": ett_pct} if isinstance(ett_pct, int | float) and math.isfinite(
-            ett_pct) else None,
-        ett_summary=summary,
-        extra={"job": job, "dag_id": dag_id, "run_id": run_id},
-    )
+    try:
+        published = publish_model(
+            cfg, paths.models_dir,
+            metrics={"ett_pct": ett_pct} if isinstance(ett_pct, int | float) and math.isfinite(
+                ett_pct) else None,
+            ett_summary=summary,
+            extra={"job": job, "dag_id": dag_id, "run_id": run_id},
+        )
+    except ConfigError as exc:  # e.g. another model's checkpoints: a retry cannot help
+        raise TrainerConfigError(str(exc)) from None
     op.emitter(context).model_published(uri=str(published.path))
     log.info("published %s (checkpoint step %s, data cursor %s)", published.path,
              published.step, published.cursor)

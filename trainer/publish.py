@@ -224,10 +224,18 @@ def publish_model(
 
 
 def _restore(cfg: TrainerConfig) -> FinalState:
-    """The trainer's own restore (`loop.restore_final_state`), its errors as ours."""
-    from airflow_ett.trainer.checkpoint import CheckpointError
-    from airflow_ett.trainer.loop import restore_final_state
+    """The trainer's own restore (`loop.restore_final_state`), its errors as ours.
 
+    A directory holding another model's checkpoints is a bad config (`ConfigError`, exit
+    78), the trainer's own preflight rule: restoring them would fail on shapes, and a
+    retry would fail the same way."""
+    from airflow_ett.trainer.checkpoint import CheckpointError
+    from airflow_ett.trainer.config import ConfigError
+    from airflow_ett.trainer.loop import restore_final_state
+    from airflow_ett.trainer.preflight import check_checkpoint_owner
+    from airflow_ett.trainer.readers import Reader
+
+    check_checkpoint_owner(cfg, Reader("trainer config", ConfigError))
     try:
         return restore_final_state(cfg)
     except FileNotFoundError as exc:
@@ -541,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_CONFIG
     try:
         published = publish_model(cfg, Path(args.out), metrics=metrics, extra=extra)
+    except ConfigError as exc:
+        print(f"publish: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
     except PublishError as exc:
         print(f"publish: error: {exc}", file=sys.stderr)
         return EXIT_APPLICATION

@@ -27,7 +27,7 @@ import torch
 
 from airflow_ett.emit import Emitter
 from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointManager, read_marker
-from airflow_ett.trainer.config import TrainerConfig, config_from_mapping
+from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
 from airflow_ett.trainer.data import ClickLogSpec, make_batch
 from airflow_ett.trainer.loop import DistEnv, Identity, Trainer, load_final_state
 from airflow_ett.trainer.model import build_dlrm
@@ -419,3 +419,25 @@ def test_a_two_rank_sharded_checkpoint_publishes_its_whole_tables(tmp_path: Path
     for name in want:
         assert torch.equal(got[name], want[name]), name
     build_published_model(published.path)  # strict load into an unsharded DLRM
+
+
+def test_another_models_checkpoints_are_a_bad_config_not_a_retryable_failure(
+    copy_of: TrainerConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trainer's preflight rule holds for publishing too: a job whose checkpoint_dir
+    holds another model's checkpoints fails in one line and exit 78, before any restore,
+    instead of a shape error a retry would repeat."""
+    other = replace(copy_of, model=replace(copy_of.model, num_dense=copy_of.model.num_dense + 1))
+    with pytest.raises(ConfigError, match="holds checkpoints of another model") as caught:
+        publish_model(other, tmp_path / "out")
+    assert "checkpoint_dir" in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+    config = tmp_path / "other.json"
+    config.write_text(json.dumps({**JOB, "checkpoint_dir": str(copy_of.checkpoint_dir),
+                                  "model": {**other.model.to_dict()}}))
+    assert main(["--config", str(config), "--out", str(tmp_path / "out")]) == 78
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "another model" in err
+    # the checkpoints are untouched: the model they belong to still publishes
+    assert publish_model(copy_of, tmp_path / "out").version == 1
