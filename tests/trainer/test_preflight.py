@@ -6,10 +6,14 @@ cases of issue 8.7: each exits 78 with one `trainer: error:` line naming the fie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +110,37 @@ def test_paths_that_cannot_be_written_are_named(tmp_path: Path) -> None:
     assert (tmp_path / "ckpt").is_dir() and not list((tmp_path / "ckpt").iterdir())
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any mode bits")
-def test_an_unwritable_directory_is_named(tmp_path: Path) -> None:
-    ro = tmp_path / "ro"
-    ro.mkdir(mode=0o500)
-    with pytest.raises(ConfigError, match=r"checkpoint_dir = '.*ro': not writable"):
-        preflight(cfg(tmp_path, checkpoint_dir=str(ro)), cuda_free=lambda: None)
+@contextlib.contextmanager
+def unprivileged() -> Iterator[None]:
+    """Root writes through any mode bits (CI runs as root): check as `nobody` then, by
+    the effective uid, which is what the kernel's permission checks use."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+def test_an_unwritable_directory_is_named() -> None:
+    # Not under tmp_path: pytest's base dir is private to its owner, so `nobody` could
+    # not even reach the directory under test.
+    base = Path(tempfile.mkdtemp(prefix="ett-preflight-"))
+    try:
+        base.chmod(0o755)
+        ro = base / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        # once as ourselves first: what it imports lazily (codecs) is then loaded, since
+        # `nobody` cannot read a Python installed under /root
+        preflight(cfg(base, checkpoint_dir=str(base / "ok")), cuda_free=lambda: None)
+        with unprivileged(), pytest.raises(
+                ConfigError, match=r"checkpoint_dir = '.*ro': not writable"):
+            preflight(cfg(base, checkpoint_dir=str(ro)), cuda_free=lambda: None)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # -- through the real CLI ---------------------------------------------------------------
