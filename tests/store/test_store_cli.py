@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
-from conftest import PgServer
-from ett_store_helpers import job_events
 
 from airflow_ett.cli import main
 from airflow_ett.store import EttStore
+from tests.store.conftest import PgServer
+from tests.store.ett_store_helpers import job_events
 
 
 @pytest.mark.integration

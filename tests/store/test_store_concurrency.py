@@ -7,11 +7,11 @@ import random
 
 import pytest
 import sqlalchemy as sa
-from ett_store_helpers import insert_worker, job_events
 
 from airflow_ett.ett.events import event_to_dict
 from airflow_ett.store import EttStore
 from airflow_ett.store.schema import events as events_table
+from tests.store.ett_store_helpers import insert_worker, job_events
 
 WRITERS = 4
 JOBS = 6

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ett_store_helpers import job_events
 
 from airflow_ett.store import EttStore, StoreError, StoreUnavailable, mask_url, upgrade
+from tests.store.ett_store_helpers import job_events
 
 SECRET = "s3cr%40t"
 

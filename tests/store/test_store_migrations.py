@@ -9,11 +9,11 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from ett_store_helpers import job_events, upgrade_worker
 
 from airflow_ett.store import EttStore, StoreError, current, head, upgrade
 from airflow_ett.store.engine import make_engine
 from airflow_ett.store.schema import VERSION_TABLE, metadata
+from tests.store.ett_store_helpers import job_events, upgrade_worker
 
 
 def _tables(url: str) -> set[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import msgspec
-from ett_store_helpers import job_events
 
 from airflow_ett.ett.events import Event, Progress, event_from_dict
 from airflow_ett.store import EttStore
+from tests.store.ett_store_helpers import job_events
 
 DAY = 86_400.0
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

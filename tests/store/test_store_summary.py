@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from ett_store_helpers import job_events
 
 from airflow_ett.ett.events import Event, JobEnded, Progress
 from airflow_ett.store import EttStore, JobNotFound
 from airflow_ett.store.schema import summaries
+from tests.store.ett_store_helpers import job_events
 
 
 @dataclass
