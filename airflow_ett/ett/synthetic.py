@@ -9,7 +9,7 @@ the benchmarks use it for large logs, and `airflow_ett/examples/` is generated w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 from airflow_ett.ett.events import (
@@ -93,14 +93,7 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
         attempt_no += 1
         attempt = str(attempt_no)
         yield AttemptStarted(id=next_id(), job=job, ts=t, attempt=attempt, host="sim")
-        phase_end = t
-        for name, seconds in spec.startup:
-            start = t if spec.parallel_init else phase_end
-            yield PhaseStarted(id=next_id(), job=job, ts=start, attempt=attempt, phase=name)
-            yield PhaseEnded(id=next_id(), job=job, ts=start + seconds, attempt=attempt,
-                             phase=name)
-            phase_end = max(phase_end, start + seconds)
-        t = phase_end
+        t = yield from _startup_phases(spec, attempt, t, next_id)
         if saved_step > 0 and spec.restore_s > 0:
             yield PhaseStarted(id=next_id(), job=job, ts=t, attempt=attempt,
                                phase="checkpoint_restore")
@@ -153,6 +146,20 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
                            exit_code=0)
         yield JobEnded(id=next_id(), job=job, ts=t, status="success")
         return
+
+
+def _startup_phases(spec: JobSpec, attempt: str, t: float,
+                    next_id: Callable[[], str]) -> Generator[Event, None, float]:
+    """One attempt's startup phases from `t`, one after another or all at once
+    (`parallel_init`); returns when the last one ends."""
+    phase_end = t
+    for name, seconds in spec.startup:
+        start = t if spec.parallel_init else phase_end
+        yield PhaseStarted(id=next_id(), job=spec.job, ts=start, attempt=attempt, phase=name)
+        yield PhaseEnded(id=next_id(), job=spec.job, ts=start + seconds, attempt=attempt,
+                         phase=name)
+        phase_end = max(phase_end, start + seconds)
+    return phase_end
 
 
 EXAMPLE_SPEC = JobSpec(

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 
 from airflow_ett.ett.attribution import AttributionError, attribute, attribute_job
 from airflow_ett.ett.events import (
     AttemptEnded,
     AttemptStarted,
+    CheckpointSaved,
     Event,
     JobEnded,
     JobSubmitted,
@@ -315,3 +317,268 @@ def test_foreign_phase_declared_under_two_components_is_kept_apart() -> None:
         assert d["components"]["initialization"] == 4.0
         assert d["components"]["compilation"] == 2.0
         assert any("several components" in w for w in d["warnings"])
+
+
+# -- pins for the refactor of the attribution into stages (issue 9) ---------------------
+# Each test below kills a hand-made mutation that the tests above let live, or gives a
+# second, independent check of a rule only one property test held.
+
+
+def test_wasted_training_outranks_compilation_both_ways() -> None:
+    # One 60 s step span (cursor 0 -> 600) with three overlaps inside it:
+    #   compile 10-20 with a data_wait 12-14 nested inside (the inner wait wins: waste ranks
+    #   above compilation whatever is innermost);
+    #   stall 30-40 with a compile 32-34 nested inside (the stall keeps all ten seconds);
+    #   a blocking checkpoint save 50-54 overlapped by a compile 52-56 (the save keeps 50-54).
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="a"),
+        m(Progress, ts=60.0, start_ts=0.0, attempt="a", step_start=0, step_end=60,
+          cursor_start=0, cursor_end=600),
+        m(PhaseStarted, ts=10.0, attempt="a", phase="compile"),
+        m(PhaseStarted, ts=12.0, attempt="a", phase="data_wait"),
+        m(PhaseEnded, ts=14.0, attempt="a", phase="data_wait"),
+        m(PhaseEnded, ts=20.0, attempt="a", phase="compile"),
+        m(PhaseStarted, ts=30.0, attempt="a", phase="stall"),
+        m(PhaseStarted, ts=32.0, attempt="a", phase="compile", span="b"),
+        m(PhaseEnded, ts=34.0, attempt="a", phase="compile", span="b"),
+        m(PhaseEnded, ts=40.0, attempt="a", phase="stall"),
+        m(CheckpointSaved, ts=55.0, start_ts=50.0, attempt="a", step=50, cursor=500,
+          blocking_s=4.0, total_s=5.0),
+        m(PhaseStarted, ts=52.0, attempt="a", phase="compile", span="c"),
+        m(PhaseEnded, ts=56.0, attempt="a", phase="compile", span="c"),
+        m(AttemptEnded, ts=60.0, attempt="a", status="success"),
+        m(JobEnded, ts=60.0, status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert seconds(d["phases"]) == {
+        "effective_steps": 34.0,  # 60 - 10 - 10 - 6
+        "compile": 10.0,  # 10-12, 14-20, 54-56
+        "data_wait": 2.0,
+        "stall": 10.0,
+        "checkpoint_save_blocking": 4.0,
+    }
+    assert d["components"]["compilation"] == 10.0
+    assert d["components"]["wasted_training"] == 16.0
+    assert seconds(d["phases_raw"]) == {
+        "compile": 16.0, "data_wait": 2.0, "stall": 10.0, "checkpoint_save_blocking": 4.0,
+    }
+    assert d["in_loop_waste_s"] == 26.0  # everything after the first step that is not new data
+    assert d["csbt_s"] == 4.0
+
+
+def _four_causes() -> list[Event]:
+    """Five attempts: preempted, infra, application, killed unseen (unknown), success."""
+    m = Maker()
+    events: list[Event] = [m(JobSubmitted, ts=0.0)]
+    causes = ["preemption", "infra", "application"]
+    for i in range(5):
+        t = 10.0 * i
+        events += [
+            m(AttemptStarted, ts=t, attempt=str(i)),
+            m(Progress, ts=t + 5, start_ts=t, attempt=str(i), step_start=i, step_end=i + 1,
+              cursor_start=i, cursor_end=i + 1),
+        ]
+        if i < len(causes):
+            events.append(m(AttemptEnded, ts=t + 6, attempt=str(i), status="failed",
+                            cause=causes[i]))
+        elif i == 4:
+            events.append(m(AttemptEnded, ts=t + 6, attempt=str(i), status="success"))
+        # attempt 3 never reports its end: failed (unknown) when attempt 4 starts
+    events.append(m(JobEnded, ts=46.0, status="success"))
+    return events
+
+
+def test_rates_without_preemption_subtract_only_preemptions() -> None:
+    r = attribute_job(_four_causes())
+    assert r.nof == {"preemption": 1, "infra": 1, "application": 1, "unknown": 1, "total": 4}
+    assert r.failure_rates() == {
+        "attempts": 5.0,
+        "attempts_without_preemption": 4.0,
+        "failures_per_attempt": 4 / 5,
+        "failures_per_attempt_without_preemption": 3 / 4,
+    }
+    assert r.to_dict()["rates"] == r.failure_rates()
+
+
+def test_rates_with_an_infra_failure_alone_are_unchanged_without_preemption() -> None:
+    r = attribute_job(simulate(replace(BASE, failures=(InjectedFailure(at_step=40,
+                                                                       cause="infra"),))))
+    assert r.nof["infra"] == 1 and r.nof["preemption"] == 0
+    assert r.failure_rates() == {
+        "attempts": 2.0,
+        "attempts_without_preemption": 2.0,
+        "failures_per_attempt": 0.5,
+        "failures_per_attempt_without_preemption": 0.5,
+    }
+
+
+def _one_checkpoint_job(*, final: bool, blocking_s: float = 3.0) -> list[Event]:
+    # 10 s of steps, a save from +8 (3 s blocking, 5 s in all, 1000 bytes), teardown
+    # 11-12, the attempt ends at 12, the job at 13.
+    m = Maker()
+    return [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="a"),
+        m(Progress, ts=10.0, start_ts=0.0, attempt="a", step_start=0, step_end=10,
+          cursor_start=0, cursor_end=100),
+        m(CheckpointSaved, ts=13.0, start_ts=8.0, attempt="a", step=10, cursor=100,
+          blocking_s=blocking_s, total_s=5.0, bytes=1000, final=final),
+        m(PhaseStarted, ts=11.0, attempt="a", phase="teardown"),
+        m(PhaseEnded, ts=12.0, attempt="a", phase="teardown"),
+        m(AttemptEnded, ts=12.0, attempt="a", status="success"),
+        m(JobEnded, ts=13.0, status="success"),
+    ]
+
+
+def test_a_final_checkpoint_is_shutdown_and_never_erases_a_step() -> None:
+    d = attribute_job(_one_checkpoint_job(final=True)).to_dict()
+    # final_checkpoint is a shutdown phase: below progress, so 8-10 stays effective.
+    assert seconds(d["phases"]) == {
+        "effective_steps": 10.0, "final_checkpoint": 1.0, "teardown": 1.0, "gpu_release": 1.0,
+    }
+    assert d["phases_raw"]["final_checkpoint"] == 3.0
+    assert d["components"]["shutdown"] == 3.0 and d["components"]["wasted_training"] == 0.0
+    assert d["shutdown_s"] == 3.0 and d["in_loop_waste_s"] == 0.0
+    assert d["csbt_s"] == 0.0  # CSBT counts the regular saves only
+    assert d["checkpoints"] == {"saves": 0, "final_saves": 1, "blocking_s": 0.0,
+                                "total_s": 5.0, "bytes": 1000}
+
+
+def test_a_regular_checkpoint_is_waste_and_outranks_a_step() -> None:
+    d = attribute_job(_one_checkpoint_job(final=False)).to_dict()
+    assert seconds(d["phases"]) == {
+        "effective_steps": 8.0, "checkpoint_save_blocking": 3.0, "teardown": 1.0,
+        "gpu_release": 1.0,
+    }
+    assert d["components"]["wasted_training"] == 3.0 and d["components"]["shutdown"] == 2.0
+    assert d["shutdown_s"] == 5.0  # the last effective step ends at +8
+    assert d["csbt_s"] == 3.0
+    assert d["checkpoints"] == {"saves": 1, "final_saves": 0, "blocking_s": 3.0,
+                                "total_s": 5.0, "bytes": 1000}
+
+
+def test_regular_and_final_checkpoints_are_counted_apart() -> None:
+    final = _one_checkpoint_job(final=True)
+    regular = msgspec.structs.replace(final[3], id="j-regular", start_ts=2.0, ts=4.0,
+                                      blocking_s=1.0, total_s=2.0, bytes=10, final=False)
+    d = attribute_job([*final, regular]).to_dict()
+    assert d["checkpoints"] == {"saves": 1, "final_saves": 1, "blocking_s": 1.0,
+                                "total_s": 7.0, "bytes": 1010}
+    assert d["csbt_s"] == 1.0
+    assert d["phases"]["checkpoint_save_blocking"] == 1.0
+    assert d["phases"]["final_checkpoint"] == 1.0
+
+
+def test_an_event_sent_twice_counts_once() -> None:
+    events = _one_checkpoint_job(final=False)
+    once = attribute_job(events).to_dict(include_timeline=True)
+    twice = attribute_job(events + events).to_dict(include_timeline=True)
+    assert twice == once
+    copies = [msgspec.json.decode(msgspec.json.encode(e), type=type(e)) for e in events]
+    assert copies == events and all(c is not e for c, e in zip(copies, events, strict=True))
+    assert attribute_job(events + copies).to_dict(include_timeline=True) == once
+    assert twice["checkpoints"]["saves"] == 1 and twice["csbt_s"] == 3.0
+    assert twice["warnings"] == []
+    assert attribute(events + events)["j"].to_dict() == attribute_job(events).to_dict()
+
+
+def test_one_id_with_two_contents_keeps_the_smaller_json_in_any_order() -> None:
+    events = _one_checkpoint_job(final=False, blocking_s=2.0)
+    # The same id again, blocking 1 s: its JSON ("blocking_s":1.0) sorts before 2.0's.
+    other = msgspec.structs.replace(events[3], blocking_s=1.0)
+    for ordering in ([*events, other], [other, *events]):
+        for r in (attribute_job(ordering), attribute(ordering)["j"]):
+            assert r.csbt_us == 1 * US_PER_S
+            assert r.checkpoint_saves == 1
+            assert r.warnings == ("1 event id(s) reused with different content",)
+
+
+def test_a_reused_id_warns_its_own_job_once_however_often_it_comes() -> None:
+    a = _one_checkpoint_job(final=False, blocking_s=2.0)
+    b = [msgspec.structs.replace(e, job="k", id=f"k-{i}") for i, e in enumerate(a)]
+    other = msgspec.structs.replace(a[3], blocking_s=1.0)
+    for ordering in ([*a, other, other, *b], [other, *b, *a, other]):
+        results = attribute(ordering)
+        assert results["j"].warnings == ("1 event id(s) reused with different content",)
+        assert results["k"].warnings == ()
+
+
+def test_an_id_reused_across_jobs_warns_both() -> None:
+    j = _one_checkpoint_job(final=False)
+    k = [msgspec.structs.replace(e, job="k", id=f"k-{i}") for i, e in enumerate(j)]
+    k[3] = msgspec.structs.replace(k[3], id=j[3].id)  # job k's checkpoint reuses j's id
+    for ordering in ([*j, *k], [*k, *j]):
+        results = attribute(ordering)
+        # `"job":"j"` sorts first: j keeps its checkpoint, k loses the one it sent.
+        assert results["j"].checkpoint_saves == 1 and results["k"].checkpoint_saves == 0
+        for job in "jk":
+            assert results[job].warnings == ("1 event id(s) reused with different content",)
+
+
+def test_time_between_steps_nobody_claims_is_a_loop_gap() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="a"),
+        m(Progress, ts=5.0, start_ts=0.0, attempt="a", step_start=0, step_end=5,
+          cursor_start=0, cursor_end=5),
+        m(Progress, ts=10.0, start_ts=8.0, attempt="a", step_start=5, step_end=7,
+          cursor_start=5, cursor_end=7),
+        m(AttemptEnded, ts=10.0, attempt="a", status="success"),
+        m(JobEnded, ts=10.0, status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert d["phases"] == {"effective_steps": 7.0, "loop_gap": 3.0}
+    assert d["components"]["wasted_training"] == 3.0
+    assert d["in_loop_waste_s"] == 3.0 and d["tts_s"] == 0.0 and d["shutdown_s"] == 0.0
+
+
+def test_without_a_submission_the_job_starts_at_its_earliest_event() -> None:
+    m = Maker()
+    events = [
+        m(AttemptStarted, ts=2.0, attempt="a"),
+        m(Progress, ts=7.0, start_ts=3.0, attempt="a", step_start=0, step_end=4,
+          cursor_start=0, cursor_end=4),
+        m(AttemptEnded, ts=7.0, attempt="a", status="success"),
+    ]
+    r = attribute_job(list(reversed(events)))
+    assert r.submitted_at == 2.0 and r.e2e_us == 5 * US_PER_S
+    assert r.phases_us == {"startup_other": US_PER_S, "effective_steps": 4 * US_PER_S}
+    assert r.tenant == "default" and r.model == "" and r.run_id is None
+    assert r.warnings == ("no job_submitted event: E2E starts at the earliest event",)
+
+
+@pytest.mark.parametrize(("job_status", "status", "cause"),
+                         [("success", "success", None), ("failed", "failed", "unknown")])
+def test_a_last_attempt_without_an_end_ends_with_the_job(
+        job_status: str, status: str, cause: str | None) -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=1.0, attempt="a"),
+        m(Progress, ts=5.0, start_ts=1.0, attempt="a", step_start=0, step_end=4,
+          cursor_start=0, cursor_end=4),
+        m(JobEnded, ts=6.0, status=job_status),
+    ]
+    r = attribute_job(events)
+    (a,) = r.attempts
+    assert (a.status, a.cause, a.inferred, a.end) == (status, cause, True, 6.0)
+    assert r.nof["total"] == (status == "failed")
+    assert not r.provisional and r.e2e_us == 6 * US_PER_S
+
+
+def test_a_component_declared_on_an_end_also_makes_a_name_ambiguous() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="1"),
+        m(PhaseStarted, ts=0.0, attempt="1", phase="warmup", component="initialization"),
+        m(PhaseEnded, ts=4.0, attempt="1", phase="warmup", component="compilation"),
+        m(AttemptEnded, ts=4.0, attempt="1", status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    # The pair takes its start's declaration; the end's other one keeps the name apart.
+    assert d["phases"] == {"warmup@initialization": 4.0}
+    assert any("several components" in w for w in d["warnings"])

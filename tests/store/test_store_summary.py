@@ -121,7 +121,7 @@ def test_an_older_computation_never_replaces_a_newer_one(
     assert _cached(store, "j1") == (len(evs), False)
 
 
-# -- with the real attribution model (airflow_ett/ett/attribution.py) -------------------
+# -- with the real attribution model (airflow_ett/ett/attribution/) ------------------
 
 
 def test_real_summary_of_a_finished_job(store: EttStore, monkeypatch: pytest.MonkeyPatch) -> None:

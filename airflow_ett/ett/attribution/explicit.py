@@ -1,0 +1,124 @@
+"""Stage 5, explicit phases: what trainers, operators and listeners reported, as intervals.
+
+Guarantees: each `phase_started` is paired with the next `phase_ended` of the same
+(attempt, phase, span), innermost first, and takes the start's component; a start never
+ended runs to its attempt's end (or the job's); an end without a start is dropped with a
+warning. Every interval is clipped to its attempt (the job's window without one), and a
+checkpoint save adds its blocking time (`checkpoint_save_blocking`, or `final_checkpoint`).
+`raw_us` keeps each label's clipped duration with overlaps counted in full. A foreign phase
+name declared under two components stays two labels (`name@component`), so neither
+declaration overrides the other, whatever order the events came in. Nothing here decides
+overlaps: that is `precedence`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from airflow_ett.ett.attribution.attempts import ClosedAttempt
+from airflow_ett.ett.attribution.collect import Collected
+from airflow_ett.ett.attribution.window import JobWindow
+from airflow_ett.ett.events import CheckpointSaved, PhaseEnded, PhaseStarted
+from airflow_ett.ett.phases import PHASES, component_of
+from airflow_ett.ett.timeline import to_us
+
+Interval = tuple[int, int, str]
+"""Start, end (microseconds), label."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExplicitPhases:
+    intervals: tuple[Interval, ...]  # clipped, non-empty; may overlap
+    raw_us: dict[str, int]  # per label, overlaps counted in full
+    label_component: dict[str, str]  # the component of every label reported
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reported:
+    """One paired (or still open) phase, before clipping."""
+
+    attempt: str | None
+    start: int
+    end: int
+    label: str
+    component: str
+
+
+def explicit_phases(collected: Collected, attempts: Sequence[ClosedAttempt],
+                    window: JobWindow) -> ExplicitPhases:
+    warnings: list[str] = []
+    ambiguous = _ambiguous(collected.phase_marks)
+    if ambiguous:
+        warnings.append(f"phase(s) {ambiguous} declared under several components: kept apart "
+                        "as name@component")
+    reported, unmatched_ends = _pair(collected.phase_marks, ambiguous, window.end)
+    if unmatched_ends:
+        warnings.append(f"{unmatched_ends} phase_ended event(s) without a start were ignored")
+    bounds = {a.id: (a.start, a.end) for a in attempts}
+    intervals: list[Interval] = []
+    raw: dict[str, int] = {}
+    label_component: dict[str, str] = {}
+    for r in [*reported, *_blocking(collected.checkpoints)]:
+        label_component[r.label] = r.component
+        lo, hi = bounds.get(r.attempt, (window.submit, window.end)) \
+            if r.attempt is not None else (window.submit, window.end)
+        s = min(max(r.start, lo), hi)
+        e = min(max(r.end, s), hi)
+        raw[r.label] = raw.get(r.label, 0) + (e - s)
+        if e > s:
+            intervals.append((s, e, r.label))
+    return ExplicitPhases(tuple(intervals), raw, label_component, tuple(warnings))
+
+
+def _ambiguous(marks: Iterable[PhaseStarted | PhaseEnded]) -> list[str]:
+    """Foreign phase names declared under more than one component, sorted."""
+    declared: dict[str, set[str]] = {}
+    for m in marks:
+        if m.phase not in PHASES and m.component is not None:
+            declared.setdefault(m.phase, set()).add(m.component)
+    return sorted(name for name, comps in declared.items() if len(comps) > 1)
+
+
+def _pair(marks: Iterable[PhaseStarted | PhaseEnded], ambiguous: list[str],
+          job_end: int) -> tuple[list[_Reported], int]:
+    """Starts paired with ends (the latest open start first), then the starts still
+    open, which run to `job_end` (clipping cuts them at their attempt's end). Also
+    returns how many ends had no start."""
+
+    def label_of(phase: str, component: str) -> str:
+        return f"{phase}@{component}" if phase in ambiguous else phase
+
+    # Each start remembers its own component: the pair takes the start's declaration.
+    open_marks: dict[tuple[str | None, str, str], list[tuple[int, str]]] = {}
+    out: list[_Reported] = []
+    unmatched_ends = 0
+    for mark in sorted(marks, key=lambda m: (m.ts, type(m) is PhaseEnded, m.id)):
+        key = (mark.attempt, mark.phase, mark.span)
+        if type(mark) is PhaseStarted:
+            component = component_of(mark.phase, mark.component)
+            open_marks.setdefault(key, []).append((to_us(mark.ts), component))
+            continue
+        stack = open_marks.get(key)
+        if not stack:
+            unmatched_ends += 1
+            continue
+        start, component = stack.pop()
+        out.append(_Reported(mark.attempt, start, to_us(mark.ts),
+                             label_of(mark.phase, component), component))
+    for (attempt, phase, _span), starts in sorted(open_marks.items(), key=lambda kv: str(kv[0])):
+        out += [_Reported(attempt, start, job_end, label_of(phase, component), component)
+                for start, component in starts]
+    return out, unmatched_ends
+
+
+def _blocking(checkpoints: Iterable[CheckpointSaved]) -> list[_Reported]:
+    """The time each checkpoint save blocked the train loop, as a reported phase."""
+    out = []
+    for c in checkpoints:
+        s = to_us(c.start_ts)
+        label = "final_checkpoint" if c.final else "checkpoint_save_blocking"
+        out.append(_Reported(c.attempt, s, s + to_us(c.blocking_s), label,
+                             PHASES[label].component))
+    return out
