@@ -27,10 +27,9 @@ def ett_summary(job: str, log: logging.Logger | Any) -> dict[str, Any] | None:
     """The job's ETT so far, compact, for the manifest; None when the store cannot say
     (publishing must not fail because the measurement is unavailable)."""
     try:
-        from airflow_ett.settings import EttSettings
         from airflow_ett.store import EttStore
 
-        with EttStore(EttSettings.load().store_url) as store:
+        with EttStore() as store:  # the [ett] store_url
             full = store.summary(job)
     except Exception as exc:
         log.warning("no ETT summary for %s in the manifest: %s", job, exc)

@@ -1,7 +1,7 @@
 """The `[ett]` settings, read without Airflow: environment > airflow.cfg > defaults.
 
 Pure unit tests (no Airflow import). That Airflow's own `conf` reads the same values is
-checked in tests/test_plugin.py, in a subprocess.
+checked in tests/plugin/test_plugin.py, in a subprocess.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ FAULT_PLUGIN = '''
 """Test fault: the ETT listener's capture raises for task instances in state success."""
 from airflow.plugins_manager import AirflowPlugin
 
-import airflow_ett.listeners as listeners
+import airflow_ett.plugin.listeners as listeners
 
 _real = listeners._task_try
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from airflow_ett.emit import reset_default_emitter
-from airflow_ett.settings import EttSettings
 from airflow_ett.store import EttStore, upgrade
 
 
@@ -52,7 +51,7 @@ def ett_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home.mkdir()
     monkeypatch.setenv("AIRFLOW_HOME", str(home))
     reset_default_emitter()
-    upgrade(EttSettings.load().store_url)
+    upgrade()
     yield home
     reset_default_emitter()
 
@@ -62,7 +61,7 @@ def store_events(job: str) -> list[Any]:
     from airflow_ett.emit import get_emitter
 
     assert get_emitter().flush(10.0)
-    with EttStore(EttSettings.load().store_url) as store:
+    with EttStore() as store:
         return store.job_events(job)
 
 
@@ -70,7 +69,7 @@ def store_summary(job: str) -> dict[str, Any]:
     from airflow_ett.emit import get_emitter
 
     assert get_emitter().flush(10.0)
-    with EttStore(EttSettings.load().store_url) as store:
+    with EttStore() as store:
         return store.summary(job)
 
 

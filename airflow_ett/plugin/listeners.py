@@ -48,6 +48,8 @@ from airflow_ett.settings import EttSettings
 
 hookimpl = HookimplMarker("airflow")  # the marker Airflow's listener managers collect
 
+# The name predates the move into plugin/ and is kept: it is what Airflow's task logs show
+# and what a logging config filters on.
 log = logging.getLogger("airflow_ett.listeners")
 _rate_limited = RateLimitedLog(log)
 

@@ -244,7 +244,7 @@ def test_skipped_lines_exit_0_with_a_count_and_strict_exits_1(
     err = capsys.readouterr().err
     assert f"warning: skipped 2 bad line(s) of {len(lines)} in {log}" in err
     assert main(["compute", str(log), "--strict"]) == 1
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     using = readme.split("## Using it", 1)[1].split("\n## ", 1)[0]
     using = " ".join(using.split())
     for said in ("and the exit status stays 0", "With `--strict` any bad line is exit status 1",
@@ -359,9 +359,38 @@ def test_runs_show_renders_a_cached_summary_with_odd_values(
 
 
 def test_utc_text_never_raises() -> None:
-    from airflow_ett.cli import utc_text
+    from airflow_ett.cli.common import utc_text
 
     assert utc_text(1795856400.0) == "2026-11-28 09:00:00"
     for odd in (1.7e15, float("nan"), float("inf"), -1e20, "noon", 10**400):
         assert utc_text(odd) in (str(odd), repr(odd))
     assert utc_text(None) == "-"
+
+
+# --- imports: `compute` loads neither SQLAlchemy nor Airflow (issue 9) ----------------------
+
+_COMPUTE_IMPORTS = """
+import contextlib, io, json, sys
+from airflow_ett.cli import main
+codes = []
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    codes.append(main(["compute", sys.argv[1], "--json"]))
+    codes.append(main(["compute", sys.argv[1] + ".missing"]))  # the error path too
+heavy = ("sqlalchemy", "alembic", "airflow", "torch")
+print(json.dumps({"codes": codes, "loaded": sorted(
+    m for m in sys.modules if m.split(".")[0] in heavy)[:5]}))
+"""
+
+
+@pytest.mark.integration
+def test_compute_imports_neither_sqlalchemy_nor_airflow(tmp_path: Path) -> None:
+    # A fresh interpreter: in this one, other tests have imported the store long ago.
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _COMPUTE_IMPORTS, str(EXAMPLE)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["codes"] == [0, 1]
+    assert result["loaded"] == [], f"`airflow-ett compute` imported {result['loaded']}"

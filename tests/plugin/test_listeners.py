@@ -19,7 +19,7 @@ import pytest
 
 from airflow_ett.emit import Emitter, replay_spool
 from airflow_ett.ett.events import JobEnded, JobSubmitted, PhaseEnded, TaskStateChanged
-from airflow_ett.listeners import EttListener
+from airflow_ett.plugin.listeners import EttListener
 from airflow_ett.settings import EttSettings
 from airflow_ett.store import EttStore, upgrade
 
@@ -191,7 +191,7 @@ def test_hooks_are_registered_under_airflows_hook_names(listener: EttListener, u
 def test_a_raising_hook_and_an_unreachable_store_never_reach_airflow(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import airflow_ett.listeners as listeners
+    import airflow_ett.plugin.listeners as listeners
 
     dead = f"sqlite:///{tmp_path}/missing-dir/ett.db"  # a directory that does not exist
     spool = tmp_path / "spool"
@@ -296,7 +296,7 @@ def test_a_long_message_is_redacted_before_it_is_cut(listener: EttListener, url:
 
 def test_redaction_that_fails_records_nothing_of_the_value(
         listener: EttListener, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import airflow_ett.listeners as listeners
+    import airflow_ett.plugin.listeners as listeners
 
     def broken(value: Any) -> Any:
         raise RuntimeError("masker broke")

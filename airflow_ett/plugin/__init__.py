@@ -1,4 +1,9 @@
-"""The `airflow_ett` Airflow plugin.
+"""The `airflow_ett` Airflow plugin: the package of what Airflow loads into its processes.
+
+`listeners` records task-level boundaries; the scheduling plugin's policy and priority
+strategy and the UI's pages will live beside it. The decisions they make are pure
+functions elsewhere (`airflow_ett.ett`, `airflow_ett.jobs`); this package only wires them
+to Airflow's hooks.
 
 Airflow instantiates registered plugins in every one of its processes (scheduler, API
 server, workers, task runners), so this module imports only what the listener needs (no
@@ -14,7 +19,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_ett.listeners import EttListener
+from airflow_ett.plugin.listeners import EttListener
 from airflow_ett.settings import EttSettings, SettingsError
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,165 @@
+"""What every command group of `airflow-ett` shares: the one-line error, argument types,
+time and JSON output, and the `--store-url` option.
+
+Nothing here imports SQLAlchemy or Airflow at module level: `compute` must run on a
+laptop with neither loaded. The store is imported by `store_command`, when a command that
+needs it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+Command = Callable[[argparse.Namespace], int]
+if TYPE_CHECKING:
+    # What `add_subparsers()` returns: each command group adds its parsers to one.
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as one line, exit status 1."""
+
+
+def fail(message: str) -> NoReturn:
+    raise CliError(message)
+
+
+# --- argument types ----------------------------------------------------------------------
+
+
+def time_arg(text: str) -> float:
+    """Unix seconds or an ISO-8601 date/time (UTC when no zone is given)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds):
+            raise argparse.ArgumentTypeError(f"not a time: {text!r} (a finite number of "
+                                             "Unix seconds, or ISO-8601)")
+        return seconds
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (use Unix seconds or ISO-8601, e.g. 2026-11-28T10:00Z)"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (`--limit -1` must not mean "all" on SQLite and
+    a database error on PostgreSQL)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {text!r}")
+    return value
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def utc_text(ts: object) -> str:
+    """A stored Unix time as `YYYY-mm-dd HH:MM:SS` (UTC), or as the raw value when it is
+    no representable time (NaN, out of datetime's range, not a number): a listing shows
+    an odd row as it is instead of failing for every row."""
+    if ts is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(float(ts), UTC).strftime(  # type: ignore[arg-type]
+            "%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return repr(ts) if isinstance(ts, str) else str(ts)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as strings: `json.dump` would write them as bare NaN/Infinity,
+    which is not JSON and breaks the reader of `--json` output."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def print_json(obj: Any, out: TextIO) -> None:
+    json.dump(_json_safe(obj), out, indent=2, sort_keys=False, allow_nan=False)
+    out.write("\n")
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def with_store(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--store-url", help="SQLAlchemy URL (default: [ett] store_url)")
+    return parser
+
+
+def store_url(args: argparse.Namespace) -> str:
+    if args.store_url:
+        return str(args.store_url)
+    from airflow_ett.settings import EttSettings
+
+    return EttSettings.load().store_url
+
+
+def user_errors(load: Callable[[], type[Exception]]) -> Callable[[Command], Command]:
+    """Decorate a command so that the error class `load()` returns is the user's one-line
+    error (exit 1). `load` imports the module that defines it, so that module (the store
+    and SQLAlchemy, the embedded harness) is imported only when such a command runs."""
+
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace) -> int:
+            error = load()
+            try:
+                return command(args)
+            except error as exc:
+                raise CliError(str(exc)) from exc
+
+        return run
+
+    return decorate
+
+
+def _store_error() -> type[Exception]:
+    from airflow_ett.store import StoreError
+
+    return StoreError
+
+
+store_command = user_errors(_store_error)
+"""For the commands that reach the store: its `StoreError` is the user's one-line error."""

@@ -1,0 +1,81 @@
+"""`airflow-ett runs`: the runs recorded in the ETT store, listed or one in full."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import TYPE_CHECKING
+
+from airflow_ett.cli.common import (
+    fail,
+    positive_int,
+    print_json,
+    store_command,
+    store_url,
+    time_arg,
+    utc_text,
+    with_store,
+)
+
+if TYPE_CHECKING:
+    from airflow_ett.cli.common import Subcommands
+
+
+def add_parser(sub: Subcommands) -> None:
+    runs = sub.add_parser("runs", help="runs recorded in the ETT store").add_subparsers(
+        dest="runs_command", required=True, metavar="ACTION")
+    listing = with_store(runs.add_parser("list", help="runs, newest first"))
+    listing.add_argument("--since", type=time_arg, help="submitted at or after")
+    listing.add_argument("--until", type=time_arg, help="submitted before")
+    listing.add_argument("--tenant")
+    listing.add_argument("--model")
+    listing.add_argument("--dag-id")
+    listing.add_argument("--limit", type=positive_int, default=50,
+                         help="at most this many runs (default: 50)")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=list_command)
+    show = with_store(runs.add_parser("show", help="one run's ETT breakdown"))
+    show.add_argument("run", help="the job id (the run's id in the store)")
+    show.add_argument("--now", type=time_arg, help="'now' for a run still going")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=show_command)
+
+
+@store_command
+def list_command(args: argparse.Namespace) -> int:
+    from airflow_ett.store import EttStore
+
+    with EttStore(store_url(args)) as store:
+        rows = store.list_runs(since=args.since, until=args.until, tenant=args.tenant,
+                               model=args.model, dag_id=args.dag_id, limit=args.limit)
+    if args.json:
+        print_json([dataclasses.asdict(row) for row in rows], sys.stdout)
+        return 0
+    if not rows:
+        print("no runs match")
+        return 0
+    width = max(len("job"), *(len(row.job) for row in rows))
+    print(f"{'job':<{width}}  {'tenant':<16} {'model':<16} {'submitted (UTC)':<20} status")
+    for row in rows:
+        submitted = utc_text(row.submitted_ts)
+        print(f"{row.job:<{width}}  {row.tenant or '-':<16} {row.model or '-':<16} "
+              f"{submitted:<20} {row.status}")
+    return 0
+
+
+@store_command
+def show_command(args: argparse.Namespace) -> int:
+    from airflow_ett.cli.render import render_job
+    from airflow_ett.store import EttStore, JobNotFound
+
+    with EttStore(store_url(args)) as store:
+        try:
+            summary = store.summary(args.run, now=args.now)
+        except JobNotFound:
+            fail(f"no run {args.run!r} in the ETT store")
+    if args.json:
+        print_json(summary, sys.stdout)
+    else:
+        print(render_job(summary))
+    return 0
