@@ -19,6 +19,9 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
+# imports the stdlib alone at run time: cheap enough before the arguments are read
+from airflow_ett.trainer.faults import EXIT_BAD_CONFIG  # noqa: E402
+
 
 class _Parser(argparse.ArgumentParser):
     """A bad argument is a bad config: one line and exit 78 (argparse's own exit 2
@@ -26,10 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         print(f"trainer: error: {message}", file=sys.stderr)
-        sys.exit(_EXIT_BAD_CONFIG)
-
-
-_EXIT_BAD_CONFIG = 78  # faults.EXIT_BAD_CONFIG, without importing the trainer yet
+        sys.exit(EXIT_BAD_CONFIG)
 
 
 def _env_attempt_number() -> int | str:
@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(args.attempt_number, int) or args.attempt_number < 1:
         print(f"trainer: error: --attempt-number (or ETT_ATTEMPT_NUMBER) = "
               f"{args.attempt_number!r}: must be an integer >= 1", file=sys.stderr)
-        return _EXIT_BAD_CONFIG
+        return EXIT_BAD_CONFIG
     level = logging.getLevelName(args.log_level.upper())
     if not isinstance(level, int):
         print(f"trainer: error: --log-level (or ETT_LOG_LEVEL) = {args.log_level!r}: must be "
               "DEBUG, INFO, WARNING or ERROR", file=sys.stderr)
-        return _EXIT_BAD_CONFIG
+        return EXIT_BAD_CONFIG
     # Our loggers at the chosen level; everything else (fbgemm logs each library it
     # loads at INFO on the root logger) only from WARNING up.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
@@ -75,7 +75,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_ett.trainer import TorchRecMissingError, require_torchrec
     from airflow_ett.trainer.config import ConfigError, load_config
-    from airflow_ett.trainer.faults import EXIT_BAD_CONFIG
     from airflow_ett.trainer.preflight import preflight
 
     try:

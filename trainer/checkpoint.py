@@ -7,9 +7,10 @@ in the spirit of torchtitan's CheckpointManager, with three promises:
    `<dir>/.tmp-step-<step>-<token>/` with `sync_files=True` (every data file and
    `.metadata` fsynced). Then the coordinator (rank 0 of the checkpoint group) fsyncs that
    directory, renames it to `<dir>/step-<step:010d>/` (atomic on one filesystem), fsyncs
-   `<dir>`, and writes the commit marker `COMMITTED.json` LAST (temp file, fsync, rename,
-   fsync). The marker holds step, `extra` (the caller's small JSON metadata: data cursor,
-   RNG states...), bytes, times and the size and CRC32 of every DCP file. A crash at any
+   `<dir>`, and writes the commit marker `COMMITTED.json` LAST (`airflow_ett._fs.
+   atomic_write`: temp file, fsync, rename, fsync). The marker holds step, `extra` (the
+   caller's small JSON metadata: data cursor, RNG states...), bytes, times and the size
+   and CRC32 of every DCP file. A crash at any
    point leaves either an unrenamed temp directory or a step directory without a marker,
    and neither is ever restored.
 2. **Restore takes the newest checkpoint that is really valid.** Newest first; a step
@@ -23,34 +24,32 @@ in the spirit of torchtitan's CheckpointManager, with three promises:
    one save is in flight: a save while one is in flight first waits for it, and that wait
    counts in its `blocking_s`.
 
-Why staging is ours and not `dcp.async_save`'s default stager: measured on this machine
-(torch 2.13, torchrec 1.8), the default stager fails on the ShardedTensors TorchRec uses
-for sharded tables (`data_ptr ... not supported`). So `save()` stages by itself: it calls
-`state_dict()` on every top-level `Stateful`, then copies every tensor into CPU memory that
-training never touches -- plain tensors, each local shard of a ShardedTensor (rebuilt with
-the same global metadata, placement moved to CPU) and the local tensor of a DTensor --
-and deep-copies the small non-tensor leaves. With CUDA the buffers are pinned and the
-copies non-blocking, synchronised once at the end. The buffers are kept and reused from one
-save to the next (`reuse_staging_buffers`, as torchtitan does with pinned memory): the
-previous save has always finished before the next staging starts, so reuse is safe, and it
-removes the allocation and page-fault cost that dominates a fresh copy on CPU (a fresh
-`clone()` is the "physical floor" in `bench/checkpoint_blocking.py`; a steady-state
-staging into reused buffers goes below it: measured here for 384 MiB, 0.04 s against 0.16 s
-for the clones and 0.43 s for a durable synchronous `dcp.save`; without reuse the staging
-is about the clone, 0.14 s). The staged copy is then written by a plain
-`dcp.save` on one background thread, followed by the commit, which is what
-`dcp.async_save` with a blocking stager would do, but with the commit ordered after the
-write on the same thread and its errors reported through one future.
+Why staging is ours and not `dcp.async_save`'s default stager: the default stager fails
+on the ShardedTensors TorchRec uses for sharded tables (`data_ptr ... not supported`, torch
+2.13, torchrec 1.8). So `save()` stages by itself: it calls `state_dict()` on every
+top-level `Stateful`, then copies every tensor into CPU memory that training never
+touches -- plain tensors, each local shard of a ShardedTensor (rebuilt with the same
+global metadata, placement moved to CPU) and the local tensor of a DTensor -- and
+deep-copies the small non-tensor leaves. With CUDA the buffers are pinned and the copies
+non-blocking, synchronised once at the end. The buffers are kept and reused from one save
+to the next (`reuse_staging_buffers`, as torchtitan does with pinned memory): the previous
+save has always finished before the next staging starts, so reuse is safe, and it removes
+the allocation and page-fault cost that dominates a fresh copy on CPU, which is what takes
+the blocking part of a save below a plain `clone()` of the state (figures: bench/RESULTS.md,
+"Checkpoint blocking"). The staged copy is then written by a plain `dcp.save` on one
+background thread, followed by the commit, which is what `dcp.async_save` with a blocking
+stager would do, but with the commit ordered after the write on the same thread and its
+errors reported through one future.
 
 Why a dedicated process group: `dcp.async_save` on the default group deadlocked while
-training went on (measured). DCP coordinates a save with collectives (gather plans,
-scatter the global plan, gather write results) issued from the background thread, while
-training issues its own collectives from the main thread; on one process group the ranks
-may then interleave the two streams in different orders and wait on each other forever.
-When torch.distributed is initialized, every checkpoint collective goes through a gloo
-group of its own (`dist.new_group(backend="gloo")`, created once per default group and
-shared by managers), or the group passed in. Only the background thread uses it while a
-save is in flight; restore and start-up use it from the caller's thread when none is.
+training went on (observed in issue 3). DCP coordinates a save with collectives (gather
+plans, scatter the global plan, gather write results) issued from the background thread,
+while training issues its own collectives from the main thread; on one process group the
+ranks may then interleave the two streams in different orders and wait on each other
+forever. When torch.distributed is initialized, every checkpoint collective goes through a
+gloo group of its own (`dist.new_group(backend="gloo")`, created once per default group
+and shared by managers), or the group passed in. Only the background thread uses it while
+a save is in flight; restore and start-up use it from the caller's thread when none is.
 
 Without torch.distributed (one process), DCP runs with `no_dist=True` and every
 coordination step below is local.
@@ -117,6 +116,9 @@ from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
+
+from airflow_ett._fs import atomic_write, fsync_dir
+from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -491,25 +493,6 @@ class _Stager:
 # -- files -------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Temp file, fsync, rename, fsync the directory: the file is whole or absent."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 def _crc32(path: Path) -> tuple[int, str]:
     """Size and CRC32 of a file (zlib releases the GIL on big chunks: cheap for training)."""
     crc, size = 0, 0
@@ -579,6 +562,8 @@ class CheckpointManager:
     restore and compares CRC32s; "size" only compares sizes (for checkpoints too big to
     re-read on every restart). `reuse_staging_buffers`: keep the staging copy between
     saves (one extra copy of the state in host memory, for much cheaper stagings).
+    `interval`: when the caller's next periodic save is due (`IntervalPolicy`; by default
+    never): the caller asks it and tells it about each periodic save.
     """
 
     def __init__(
@@ -593,12 +578,14 @@ class CheckpointManager:
         reuse_staging_buffers: bool = True,
         write_threads: int = 1,
         collective_timeout: timedelta = timedelta(minutes=10),
+        interval: IntervalPolicy | None = None,
     ) -> None:
         if keep_last < 0:
             raise ValueError(f"keep_last must be >= 0 (0 keeps all), got {keep_last}")
         if verify not in ("checksum", "size"):
             raise ValueError(f"verify must be 'checksum' or 'size', got {verify!r}")
         self.directory = Path(directory)
+        self.interval = interval or IntervalPolicy()
         self.keep_last = keep_last
         self.async_save = async_save
         self.on_commit = on_commit
@@ -697,6 +684,11 @@ class CheckpointManager:
                 continue
             return path
         return None
+
+    def latest_step(self) -> int | None:
+        """The step of `latest()`, e.g. to tell whether the current step is saved already."""
+        latest = self.latest()
+        return None if latest is None else _step_of(latest)
 
     def restore(self, state: dict[str, Any]) -> RestoreResult | None:
         """Load the newest valid checkpoint into `state` in place (DCP load); None if none.
@@ -899,7 +891,7 @@ class CheckpointManager:
         files.update(_describe(tmp, rest))
         if _DCP_METADATA not in files:
             raise CheckpointError(f"DCP wrote no {_DCP_METADATA} in {tmp}")
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         final = self.directory / step_dir_name(step)
         replaced: Path | None = None
         if final.exists():  # an older attempt's checkpoint of this step (maybe invalid)
@@ -908,7 +900,7 @@ class CheckpointManager:
             os.rename(final, replaced)
             log.warning("checkpoint %s exists: replacing it", final)
         os.rename(tmp, final)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         size = sum(int(f["size"]) for f in files.values())
         total = time.perf_counter() - t0
         marker = {
@@ -926,7 +918,7 @@ class CheckpointManager:
             "torch": torch.__version__,
             "files": files,
         }
-        _write_json_atomic(final / COMMIT_MARKER, marker)
+        atomic_write(final / COMMIT_MARKER, json.dumps(marker, indent=1, sort_keys=True).encode())
         if replaced is not None:
             shutil.rmtree(replaced, ignore_errors=True)
         return size, total

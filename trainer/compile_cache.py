@@ -4,93 +4,56 @@ Every recovery repeats startup (DESIGN: a startup saving `d` shortens E2E by
 `(1 + NoF) * d`), and a cold PT2 compile is the largest piece of it. This module stores
 what a compile produced under a key (`cache_key`) in a directory operators can share
 between hosts (NFS, a synced bucket mount), and restores it before the next compile.
+The measurements behind the choices below are in bench/RESULTS.md ("Compile cache" and
+"compile_cache.py: the figures behind its design"); what torch 2.13 does that they rely
+on, as read in its source, is in docs/decisions/0004-trainer-choices.md.
 
 What an entry holds, and why both parts
 ---------------------------------------
 * **Portable artifacts** (`torch.compiler.save_cache_artifacts`): the AOTAutograd and FX
   graph cache entries (and, on GPUs, the Triton kernels bundled in them and autotuning
-  results): what torch designed its portable cache for. On CPU it is not enough: a
-  process that loads only the artifacts still builds every C++ kernel with gcc and
-  re-runs the vector-ISA probe build, because the artifacts carry the generated source,
-  not the built `.so` files. Measured on the 2-core build machine (torch 2.13.0+cpu): a
-  small DLRM dense part compiled in 23-32 s cold and still 20-22 s after
-  `load_cache_artifacts` (bench/compile_cache.py: 27.6 s against 24.7 s cold).
+  results): what torch designed its portable cache for. On CPU it is not enough: the
+  artifacts carry the generated C++ source, not the built `.so` files, so a process that
+  loads only them still builds every kernel with gcc.
 * **An archive of the local inductor cache directory** (`TORCHINDUCTOR_CACHE_DIR`): it
-  holds the built kernels, the ISA probe's build and the FX/AOTAutograd entries. With it
-  restored the same compile took 2.9 s. It is host-specific (compiler, CPU ISA), which is
-  why the CPU vector ISA is part of `cache_key` on CPU.
+  holds the built kernels, the ISA probe's build and the FX/AOTAutograd entries. It is
+  host-specific (compiler, CPU ISA), which is why the CPU vector ISA is part of
+  `cache_key` on CPU.
 
 `activate` restores the archive first and then loads the artifacts (which write into the
 same directory), so either part alone still helps and a bad part is dropped alone.
 
-When inductor reads its cache directory (torch 2.13 source, checked)
--------------------------------------------------------------------
-* `torch._inductor.runtime.cache_dir_utils.cache_dir()` reads `TORCHINDUCTOR_CACHE_DIR`
-  from the environment on *every call* (and writes the resolved default back into the
-  environment when unset). Nothing reads it at `import torch`; the FX graph cache
-  (`<dir>/fxgraph`), the AOTAutograd cache (`<dir>/aotautograd`), kernel sources and
-  `.so` files (`<dir>/<2 chars>/`), locks and the dynamo precompile store all call it when
-  used. So setting the variable after `import torch` works, as long as it happens before
-  the first compile.
-* A few lookups derived from it are memoised (`functools.cache`), e.g.
-  `CacheBase.get_local_cache_path`; inductor registers those with
-  `torch._inductor.utils.clear_on_fresh_cache`, and its own `temporary_cache_dir` swaps
-  directories by setting the variable and calling `clear_caches()`. `activate` does the
-  same (only when `torch._inductor.utils` is already imported: otherwise nothing is
-  memoised yet), so it also works after an earlier compile pointed elsewhere.
-* `TRITON_CACHE_DIR`, when unset, is set once by the first Triton kernel launch to
-  `<inductor dir>/triton/<device>` and then sticks; `activate` sets it explicitly so the
-  Triton cache follows the key. Compile worker subprocesses receive both variables with
-  every job (`async_compile`), so a pool started earlier follows too.
-* Exception: precompiled C++ headers. `codecache._HEADER_DIR` is computed at import from
-  `default_cache_dir()` (`$TMPDIR/torchinductor_<user>/precompiled_headers`), deliberately
-  outside `TORCHINDUCTOR_CACHE_DIR`, is ~150 MB for `cpp_prefix.h`, and a process using
-  it (a warm one too: inductor prepares the header before it looks for a built kernel)
-  builds it when missing. So a warm process on a host without that PCH rebuilt it: the
-  DLRM stand-in's warm compile took 9.6 s with headers on against 3.4 s with them off
-  (bench/compile_cache.py, 2026-11-29, a fresh host per process). By default
-  `CompileCache` therefore switches `torch._inductor.config.cpp_cache_precompile_headers`
-  off. The price is the cold compile: the PCH makes each kernel build faster, so a cold
-  compile with it off was ~20% slower (30.2 s against 24.7 s for torch's defaults, medians
-  of 3 in the same run; one run under heavy load showed +50%). A cold compile is paid once
-  per key (in a prewarm task), a warm one by every restart. Hosts that restart in place
-  keep the PCH and can pass `cpu_precompiled_headers=True`. The switch is
-  part of inductor's FX graph cache key, so saver and loader must agree: the setting is
-  recorded in the manifest and an entry made with another setting is ignored.
-* Inductor config assignments are per thread in torch 2.13 (`ContextVar` overrides:
-  `torch._inductor.config.x = v` on one thread, a new thread still reads the default).
-  `activate` also changes the option's process-wide default, so a compile on another
-  thread (parallel init) runs with the same settings (`_set_process_wide`).
-* Not carried by any cache: inductor's CPU vector-ISA probe `dlopen`s its test library in
-  a fresh Python subprocess per candidate ISA, once per process (~1.1 s of a 3.4 s warm
-  compile here; the test library's build itself is in the archived dir). Running it
-  early on a background thread was tried and dropped: with it, warm processes built every
-  kernel again (same source, another build-command hash; the thread reads the default
-  config, see above, and fills inductor's process-wide caches).
-
-Cache switches (torch 2.13 defaults, all on): `torch._inductor.config.fx_graph_cache`
-(inductor output: wrapper code and kernel source; matters on CPU and GPU),
-`torch._functorch.config.enable_autograd_cache` (skips AOT tracing of the forward/backward
-joint graph; its entries point at FX graph cache entries, so it needs the former; matters
-on CPU and GPU), `torch._inductor.config.autotune_local_cache` (autotuning results: GPU,
-or CPU only with max-autotune GEMM templates). `torch._inductor.config.force_disable_caches`
-turns all of them off. `activate` does not override the user's choice but warns (and says
-so in `CacheLoad.reason`) when one that matters is off. Dynamo's own tracing is not cached
-(`torch._dynamo.config.caching_precompile` is off). What a warm compile of the DLRM
-stand-in still cost (3.4 s): importing dynamo/inductor (~1.4 s, inside `activate`; any
-compile pays it), the ISA probe (~1.1 s) and dynamo tracing plus loading the cached graphs
-and kernels (~1 s).
+What `activate` sets, and why
+-----------------------------
+* `TORCHINDUCTOR_CACHE_DIR` and `TRITON_CACHE_DIR` for the key, with inductor's memoised
+  lookups of them cleared: inductor reads the first on every use, not at `import torch`
+  (so setting it late works if it is before the first compile); the second sticks once
+  the first kernel launch has set it.
+* Precompiled C++ headers off (`cpp_cache_precompile_headers`; `cpu_precompiled_headers=
+  True` keeps them): inductor keeps them outside its cache directory, so a warm process
+  on a fresh host rebuilt them and lost most of the cache's gain. The price is a slower
+  cold compile, paid once per key (in a prewarm task) instead of by every restart. The
+  switch is part of the FX graph cache key: it is recorded in the manifest, and an entry
+  made with another setting is ignored.
+* The CPU vector-ISA probe's answer from the entry instead of probing again, when the
+  CPU and compiler are the saver's (`_settle_vec_isa`).
+* Each option process-wide, not only for the calling thread (`_set_process_wide`):
+  inductor config assignments are per thread, and the trainer may compile on another.
+* The caches' own switches (`fx_graph_cache`, `enable_autograd_cache`,
+  `autotune_local_cache`, `force_disable_caches`) stay as the user set them; one that
+  matters being off is a warning and part of `CacheLoad.reason`.
 
 Entry layout and atomicity
 --------------------------
 `<root>/<key>/manifest.json` names immutable payload files in the same directory,
 `artifacts-<sha>.bin` and `inductor-<sha>.tar.gz`, each with size and SHA-256. A saver
-writes each payload to a hidden temp file, fsyncs it, renames it into place and writes
-the manifest the same way, last. A reader that sees a manifest therefore sees complete
-payloads; two concurrent savers each write their own payload files and the last manifest
-wins. Payloads no manifest names are removed by later saves once older than
-`_ORPHAN_GRACE_S`, so a reader holding an older manifest has time to finish; a reader that
-still finds a payload gone re-reads the manifest once.
+writes each payload atomically (`airflow_ett._fs.atomic_file`: hidden temp file, fsync,
+rename into place) and the manifest the same way, last. A reader that sees a manifest
+therefore sees complete payloads; two concurrent savers each write their own payload
+files and the last manifest wins. Payloads no manifest names are removed by later saves
+once older than `_ORPHAN_GRACE_S`, so a reader holding an older manifest has time to
+finish; a reader that still finds a payload gone re-reads the manifest once. Directory
+fsyncs are best effort (a lost cache entry costs a compile, never a wrong result).
 
 Restoring an archive (and what it does not protect)
 ---------------------------------------------------
@@ -125,12 +88,13 @@ import sys
 import tarfile
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, is_dataclass
 from enum import Enum
 from pathlib import Path, PurePath
 from typing import IO, Any
+
+from airflow_ett._fs import atomic_file, atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -394,29 +358,6 @@ def _file_digest(path: Path) -> tuple[int, str]:
             digest.update(chunk)
             size += len(chunk)
     return size, digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable; best effort (some network filesystems refuse dir fds)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def _temp_file(directory: Path, stem: str) -> Iterator[tuple[Path, IO[bytes]]]:
-    """A hidden temp file in `directory` (same filesystem, so the final rename is atomic);
-    removed again unless the caller renamed it away."""
-    tmp = directory / f".{stem}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    try:
-        with tmp.open("xb") as fh:
-            yield tmp, fh
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 class CompileCache:
@@ -683,12 +624,9 @@ class CompileCache:
             "inductor_dir": archive_meta,
             "vec_isa": self._vec_isa,
         }
-        with _temp_file(entry, "manifest") as (tmp, fh):
-            fh.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-            os.replace(tmp, entry / MANIFEST_NAME)
-        _fsync_dir(entry)
+        # a cache may be lost, never lie: the directory fsync is best effort
+        atomic_write(entry / MANIFEST_NAME, json.dumps(manifest, indent=2, sort_keys=True).encode(),
+                     best_effort_dir_sync=True)
         self._remove_orphans(entry, manifest)
         log.info(
             "compile cache saved %s in %.2fs: artifacts %s B, inductor dir %s B (%d files)",
@@ -826,17 +764,14 @@ class CompileCache:
     ) -> dict[str, Any]:
         """Write a payload through `write(fh)`, hashed on the way, and rename it to its
         content-addressed name. Returns its manifest record."""
-        with _temp_file(entry, prefix.rstrip("-")) as (tmp, fh):
-            hashing = _HashingWriter(fh)
+        with atomic_file(entry / prefix.rstrip("-"), best_effort_dir_sync=True) as out:
+            hashing = _HashingWriter(out.file)
             buffered = io.BufferedWriter(hashing, buffer_size=_CHUNK)
             write(buffered)
             buffered.flush()
-            fh.flush()
-            os.fsync(fh.fileno())
             digest = hashing.sha256.hexdigest()
             name = f"{prefix}{digest[:32]}{suffix}"
-            os.replace(tmp, entry / name)
-        _fsync_dir(entry)
+            out.path = entry / name  # content-addressed: named once all is written
         return {"file": name, "size": hashing.size, "sha256": digest}
 
     def _remove_orphans(self, entry: Path, manifest: Mapping[str, Any]) -> None:

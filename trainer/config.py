@@ -14,12 +14,11 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from airflow_ett.trainer.faults import FAULT_KINDS, FaultKind
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
 from airflow_ett.trainer.readers import Reader, show
-
-FaultKind = Literal["raise", "kill", "hang"]
 
 
 class ConfigError(ValueError):
@@ -116,6 +115,11 @@ def _interval(value: object) -> int | str:
 _FAULT_KEYS = ("kind", "at_step", "attempt")
 
 
+def _one_of(choices: tuple[str, ...]) -> str:
+    """`'a', 'b' or 'c'`"""
+    return ", ".join(map(repr, choices[:-1])) + f" or {choices[-1]!r}"
+
+
 def _faults(raw: object) -> tuple[FaultSpec, ...]:
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, list | tuple):
         raise _bad("faults", raw, "must be a list of {kind, at_step, attempt}")
@@ -125,8 +129,8 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
             raise _bad(f"faults[{i}]", item, "must be a table {kind, at_step, attempt}")
         _R.mapping(f"faults[{i}]", item, known=_FAULT_KEYS)
         kind = item.get("kind")
-        if kind not in ("raise", "kill", "hang"):
-            raise _bad(f"faults[{i}].kind", kind, "must be 'raise', 'kill' or 'hang'")
+        if kind not in FAULT_KINDS:
+            raise _bad(f"faults[{i}].kind", kind, f"must be {_one_of(FAULT_KINDS)}")
         at_step = _R.integer(f"faults[{i}].at_step", item.get("at_step"), minimum=1)
         attempt = item.get("attempt")
         if attempt is not None:

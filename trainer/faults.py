@@ -15,10 +15,15 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import TYPE_CHECKING, Final, Literal, get_args
 
-from airflow_ett.trainer.config import FaultSpec
+if TYPE_CHECKING:  # at run time this module imports the stdlib alone (see __main__)
+    from airflow_ett.trainer.config import FaultSpec
 
 log = logging.getLogger("airflow_ett.trainer")
+
+FaultKind = Literal["raise", "kill", "hang"]
+FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
 
 EXIT_OK = 0
 EXIT_APPLICATION = 1  # the training code raised: a restart may or may not help
@@ -32,19 +37,27 @@ class InjectedFault(RuntimeError):
 
 
 class FaultInjector:
-    """Fires the configured faults for this attempt after the chosen steps complete."""
+    """Fires the configured faults for this attempt after the chosen steps complete.
 
-    def __init__(self, faults: tuple[FaultSpec, ...], attempt_number: int,
+    `before_fault(now)` runs first (the loop sends the progress recorded up to `now`, which
+    a fault would otherwise lose); `before_kill()` runs before a SIGKILL only.
+    """
+
+    def __init__(self, faults: tuple[FaultSpec, ...], attempt_number: int, *,
+                 before_fault: Callable[[float], object] | None = None,
                  before_kill: Callable[[], object] | None = None) -> None:
         self._due = {f.at_step: f for f in faults
                      if f.attempt is None or f.attempt == attempt_number}
         self._attempt = attempt_number
+        self._before_fault = before_fault
         self._before_kill = before_kill
 
-    def after_step(self, step: int) -> None:
+    def after_step(self, step: int, now: float) -> None:
         fault = self._due.get(step)
         if fault is None:
             return
+        if self._before_fault is not None:
+            self._before_fault(now)
         log.warning("fault injection: %s after step %d (attempt %d)", fault.kind, step,
                     self._attempt)
         if fault.kind == "raise":

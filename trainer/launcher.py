@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from airflow_ett._proc import ProcessTree
+from airflow_ett.ett.events import FailureCause
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
@@ -44,13 +45,10 @@ log = logging.getLogger("airflow_ett.trainer")
 # parent died (and which init adopted) are still known when the attempt ends.
 TREE_POLL_S = 1.0
 
-Cause = Literal["preemption", "infra", "application", "unknown"]
-
-
 @dataclass(frozen=True, slots=True)
 class ExitClass:
     status: Literal["success", "failed"]
-    cause: Cause | None
+    cause: FailureCause | None
     retryable: bool
     reported_by_child: bool  # whether the trainer itself emitted attempt_ended
     description: str

@@ -19,20 +19,21 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett.emit import Emitter, JsonlSink
-from airflow_ett.ett.checkpoint_math import auto_interval
+from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
+    EXIT_BAD_CONFIG,
     EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
@@ -42,6 +43,11 @@ from airflow_ett.trainer.faults import (
 from airflow_ett.trainer.model import build_dlrm, compile_dense, dense_modules
 from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
 from airflow_ett.trainer.watchdog import HangWatchdog
+
+if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) load late
+    from airflow_ett.trainer.checkpoint import CheckpointManager, SaveResult
+    from airflow_ett.trainer.compile_cache import CompileCache
+    from airflow_ett.trainer.data import Batch, ClickLogSpec, DataPipeline
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -121,6 +127,29 @@ class Progress:
 
 
 @dataclass(slots=True)
+class StepLogger:
+    """The `step n/N  loss  samples/s  ETA` line, about every `every_s` and at the last
+    step; rate and ETA are over the steps since the previous line."""
+
+    total_steps: int
+    samples_per_step: int
+    every_s: float
+    since: float = field(default_factory=time.time)
+    steps: int = 0  # finished since `since`
+
+    def step_done(self, step: int, loss: float, now: float) -> None:
+        self.steps += 1
+        if now - self.since < self.every_s and step != self.total_steps:
+            return
+        elapsed = now - self.since
+        rate = self.steps * self.samples_per_step / max(elapsed, 1e-9)
+        eta = (self.total_steps - step) * elapsed / max(self.steps, 1)
+        log.info("step %d/%d  loss %.4f  %.0f samples/s  ETA %.0fs",
+                 step, self.total_steps, loss, rate, eta)
+        self.since, self.steps = now, 0
+
+
+@dataclass(slots=True)
 class Trainer:
     cfg: TrainerConfig
     ident: Identity
@@ -128,21 +157,21 @@ class Trainer:
     emitter: Emitter
     process_start: float
     preemption: PreemptionFlag = field(default_factory=PreemptionFlag)
-    model: Any = None
-    optimizers: dict[str, Any] = field(default_factory=dict)
-    manager: Any = None
-    pipeline: Any = None
+    # model: set by `_build_model`; manager and pipeline: by `start` (unset before)
+    model: torch.nn.Module = field(init=False, repr=False)
+    optimizers: dict[str, torch.optim.Optimizer] = field(default_factory=dict)
+    manager: CheckpointManager = field(init=False, repr=False)
+    pipeline: DataPipeline = field(init=False, repr=False)
     step: int = 0
     cursor: int = 0
     # per step being saved: (save start time, final save?, data cursor), until committed
     saves_in_flight: dict[int, tuple[float, bool, int]] = field(default_factory=dict)
-    _save_cache_after_first_step: Any = None
+    _cache_to_save: CompileCache | None = None  # the cache missed: save after the first step
     _cache_saver: threading.Thread | None = None
-    interval_s: float | None = None
 
     # -- start-up ------------------------------------------------------------------------
 
-    def _spec(self) -> Any:
+    def _spec(self) -> ClickLogSpec:
         from airflow_ett.trainer.data import ClickLogSpec
 
         m = self.cfg.model
@@ -152,6 +181,38 @@ class Trainer:
             tables=m.tables,
             ids_per_feature=m.ids_per_feature,
             batch_size=self.cfg.batch_size,
+        )
+
+    def _data_pipeline(self, start_cursor: int) -> DataPipeline:
+        """This rank's pipeline from `start_cursor` (created, not started)."""
+        from airflow_ett.trainer.data import DataPipeline
+
+        cfg = self.cfg
+        return DataPipeline(
+            self._spec(),
+            start_cursor=start_cursor,
+            num_workers=cfg.num_workers,
+            prefetch=cfg.prefetch,
+            rank=self.env.rank,
+            world_size=self.env.world_size,
+            startup_latency_s=cfg.data_startup_latency_s,
+        )
+
+    def _start_pipeline(self) -> None:
+        with self.emitter.phase("data_pipeline_init"):
+            self.pipeline.start()
+            self.pipeline.wait_ready()
+
+    def _checkpoint_manager(self) -> CheckpointManager:
+        from airflow_ett.trainer.checkpoint import CheckpointManager
+
+        cfg = self.cfg
+        return CheckpointManager(
+            cfg.checkpoint_dir,
+            keep_last=cfg.keep_last,
+            async_save=cfg.optimizations.async_checkpoint,
+            on_commit=self._on_commit,
+            interval=IntervalPolicy.from_config(cfg, lambda: _history(cfg, self.ident.job_id)),
         )
 
     def _discover(self) -> dict[str, Any] | None:
@@ -196,7 +257,7 @@ class Trainer:
         )
         return extra
 
-    def _compile_on(self, batch: Any) -> None:
+    def _compile_on(self, batch: Batch) -> None:
         """Compile the dense arches by running them forward and backward on `batch` with
         the embeddings detached: no parameter is updated (the tables' fused optimizer
         would step in backward), yet the graphs are exactly those training will run."""
@@ -216,7 +277,7 @@ class Trainer:
             for p in module.parameters():
                 p.grad = None
 
-    def _compile_cache(self) -> Any:
+    def _compile_cache(self) -> CompileCache | None:
         if not (
             self.cfg.compile and self.cfg.optimizations.compile_cache and self.cfg.compile_cache_dir
         ):
@@ -234,7 +295,7 @@ class Trainer:
             batch_size=self.cfg.batch_size, world_size=world_size or self.env.world_size,
         )
 
-    def _compile(self, batch: Any, cache: Any) -> bool:
+    def _compile(self, batch: Batch, cache: CompileCache | None) -> bool:
         """Compile (through the cache when there is one); True when the cache missed and
         should be saved once backward has run."""
         em = self.emitter
@@ -250,43 +311,52 @@ class Trainer:
             self._compile_on(batch)
         return missed
 
-    def start(self) -> Iterator[Any]:
+    def start(self) -> Iterator[Batch]:
         """Everything up to the first real batch; returns the batch iterator."""
-        from airflow_ett.trainer.checkpoint import CheckpointManager
-        from airflow_ett.trainer.data import DataPipeline, fast_batch
-
-        cfg, em, opt = self.cfg, self.emitter, self.cfg.optimizations
+        cfg, em = self.cfg, self.emitter
         trainer_init = em.phase_start("trainer_init", ts=self.process_start)
         if self.env.world_size > 1 and not dist.is_initialized():
             with em.phase("process_group_init"):
                 dist.init_process_group("nccl" if self.env.device.type == "cuda" else "gloo")
-        self.manager = CheckpointManager(
-            cfg.checkpoint_dir,
-            keep_last=cfg.keep_last,
-            async_save=opt.async_checkpoint,
-            on_commit=self._on_commit,
-        )
+        self.manager = self._checkpoint_manager()
         resume = self._discover()
-        start_cursor = int(resume["cursor"]) if resume else 0
-        spec = self._spec()
-        self.pipeline = DataPipeline(
-            spec,
-            start_cursor=start_cursor,
-            num_workers=cfg.num_workers,
-            prefetch=cfg.prefetch,
-            rank=self.env.rank,
-            world_size=self.env.world_size,
-            startup_latency_s=cfg.data_startup_latency_s,
-        )
+        self.pipeline = self._data_pipeline(int(resume["cursor"]) if resume else 0)
         em.phase_end("trainer_init", trainer_init)
         cache = self._compile_cache()
+        missed = self._start_data_and_model(resume, cache)
+        if self.pipeline.cursor() != self.cursor:
+            # restore fell back to an older checkpoint than discovery saw
+            log.warning(
+                "restored cursor %d differs from the pipeline's %d: restarting it",
+                self.cursor,
+                self.pipeline.cursor(),
+            )
+            self.pipeline.close()
+            self.pipeline = self._data_pipeline(self.cursor)
+            self._start_pipeline()
+        batches: Iterator[Batch] = iter(self.pipeline)
+        if cfg.compile and not cfg.optimizations.fast_batch:
+            first = next(batches)
+            missed.append(self._compile(first.to(self.env.device), cache))
+            batches = _chain_first(first, batches)
+        if cache is not None and any(missed):
+            self._cache_to_save = cache
+        return batches
+
+    def _start_data_and_model(self, resume: dict[str, Any] | None,
+                              cache: CompileCache | None) -> list[bool]:
+        """Start the data pipeline while the model is built, restored and (with
+        `fast_batch`) compiled: on a thread of its own with `parallel_init`, else first.
+        Returns whether each compile run here missed the cache."""
+        from airflow_ett.trainer.data import fast_batch
+
+        cfg, em = self.cfg, self.emitter
         data_error: list[BaseException] = []
+        missed: list[bool] = []
 
         def start_data() -> None:
             try:
-                with em.phase("data_pipeline_init"):
-                    self.pipeline.start()
-                    self.pipeline.wait_ready()
+                self._start_pipeline()
             except BaseException as exc:  # re-raised on the main thread
                 data_error.append(exc)
 
@@ -297,11 +367,10 @@ class Trainer:
                 with em.phase("checkpoint_restore"):
                     restored = self._restore()
                 self._resume_from(restored)
-            if cfg.compile and opt.fast_batch:
-                missed.append(self._compile(fast_batch(spec).to(self.env.device), cache))
+            if cfg.compile and cfg.optimizations.fast_batch:
+                missed.append(self._compile(fast_batch(self._spec()).to(self.env.device), cache))
 
-        missed: list[bool] = []  # set by whichever path compiles
-        if opt.parallel_init:
+        if cfg.optimizations.parallel_init:
             data_thread = threading.Thread(target=start_data, name="ett-data-init")
             data_thread.start()
             build_restore_compile()
@@ -312,33 +381,7 @@ class Trainer:
             build_restore_compile()
         if data_error:
             raise data_error[0]
-        if self.pipeline.cursor() != self.cursor:
-            # restore fell back to an older checkpoint than discovery saw
-            log.warning(
-                "restored cursor %d differs from the pipeline's %d: restarting it",
-                self.cursor,
-                self.pipeline.cursor(),
-            )
-            self.pipeline.close()
-            self.pipeline = DataPipeline(
-                spec,
-                start_cursor=self.cursor,
-                num_workers=cfg.num_workers,
-                prefetch=cfg.prefetch,
-                rank=self.env.rank,
-                world_size=self.env.world_size,
-            )
-            with em.phase("data_pipeline_init"):
-                self.pipeline.start()
-                self.pipeline.wait_ready()
-        batches: Iterator[Any] = iter(self.pipeline)
-        if cfg.compile and not opt.fast_batch:
-            first = next(batches)
-            missed.append(self._compile(first.to(self.env.device), cache))
-            batches = _chain_first(first, batches)
-        if cache is not None and any(missed):
-            self._save_cache_after_first_step = cache
-        return batches
+        return missed
 
     def _resume_from(self, restored: dict[str, Any] | None) -> None:
         if restored is not None:
@@ -347,7 +390,7 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def _on_commit(self, result: Any) -> None:
+    def _on_commit(self, result: SaveResult) -> None:
         started, final, cursor = self.saves_in_flight.pop(
             result.step, (time.time(), False, 0))
         self.emitter.checkpoint(
@@ -367,7 +410,7 @@ class Trainer:
             result.bytes,
         )
 
-    def save(self, *, final: bool = False) -> Any:
+    def save(self, *, final: bool = False) -> SaveResult:
         self.saves_in_flight[self.step] = (time.time(), final, self.cursor)
         extra = {
             "step": self.step,
@@ -380,27 +423,30 @@ class Trainer:
         }
         return self.manager.save(self.step, {"train": self._train_state()}, extra)
 
-    def _due(self, last_save_step: int, last_save_time: float, now: float) -> bool:
-        steps = self.cfg.interval_steps()
-        if steps is not None:
-            return self.step - last_save_step >= steps
-        seconds = self.cfg.interval_seconds() or self.interval_s
-        return seconds is not None and now - last_save_time >= seconds
+    def _maybe_checkpoint(self, now: float, progress: Progress, beat: Callable[[], None]
+                          ) -> None:
+        """The periodic save, when the interval policy says it is due (never at the last
+        step: `finish` saves that one)."""
+        if self.step >= self.cfg.steps or not self.manager.interval.due(self.step, now):
+            return
+        progress.flush(now)
+        result = self.save()
+        beat()
+        self.manager.interval.saved(self.step, time.time(), result.blocking_s)
 
     # -- the loop ------------------------------------------------------------------------
 
-    def train(self, batches: Iterator[Any]) -> int:
+    def train(self, batches: Iterator[Batch]) -> int:
         cfg, em = self.cfg, self.emitter
-        faults = FaultInjector(
-            cfg.faults, self.ident.attempt_number, before_kill=lambda: em.flush(1.0)
-        )
         progress = Progress(em)
-        if cfg.checkpoint_interval == "auto":
-            self.interval_s = self._auto_interval(csbt_s=None)
-        first_step = self.step
+        faults = FaultInjector(cfg.faults, self.ident.attempt_number,
+                               before_fault=progress.flush, before_kill=lambda: em.flush(1.0))
+        self.manager.interval.start(self.step)
         watchdog = self._watchdog()
+        steps = StepLogger(cfg.steps, cfg.batch_size * self.env.world_size, cfg.log_every_s)
         try:
-            return self._loop(batches, faults, progress, watchdog, first_step)
+            return self._loop(batches, progress, faults, steps,
+                              watchdog.beat if watchdog is not None else _nothing)
         finally:
             if watchdog is not None:
                 watchdog.stop()
@@ -423,91 +469,59 @@ class Trainer:
 
         return HangWatchdog(timeout, hung)
 
-    def _loop(self, batches: Iterator[Any], faults: FaultInjector, progress: Progress,
-              watchdog: HangWatchdog | None, first_step: int) -> int:
-        cfg = self.cfg
-        last_save_step, last_save_time = self.step, time.time()
-        last_log = time.time()
-        window_t0, window_steps = time.time(), 0
-        while self.step < cfg.steps:
-            batch = next(batches).to(self.env.device)
-            t0 = time.time()
-            loss = self._train_step(batch)
-            if cfg.step_sleep_s:
-                time.sleep(cfg.step_sleep_s)
-            t1 = time.time()
-            self.step += 1
-            self.cursor = batch.cursor_end
-            window_steps += 1
-            progress.add(self.step, batch.cursor_start, batch.cursor_end, t0, t1, float(loss))
-            if cfg.compile and self.step == first_step + 1:
-                _log_compile_counters("after the first real step")
-            if getattr(self, "_save_cache_after_first_step", None) is not None:
-                cache, self._save_cache_after_first_step = (self._save_cache_after_first_step, None)
-                if self.env.is_reporter:  # one rank saves; the entry is the same for all
-                    # Off the loop's critical path; close() joins it so the entry is whole.
-                    self._cache_saver = threading.Thread(
-                        target=_save_cache,
-                        args=(cache, self.cache_key()),
-                        name="ett-cache-save",
-                        daemon=True,
-                    )
-                    self._cache_saver.start()
+    def _loop(self, batches: Iterator[Batch], progress: Progress, faults: FaultInjector,
+              steps: StepLogger, beat: Callable[[], None]) -> int:
+        """Step, then: leave if preempted, maybe checkpoint, maybe log, maybe fault."""
+        first_step = self.step
+        while self.step < self.cfg.steps:
+            loss, now = self._step(next(batches), progress)
+            if self.step == first_step + 1:
+                self._after_first_step()
             if self.preemption.requested:
-                progress.flush(t1)
+                progress.flush(now)
                 return self._leave_preempted()
-            if watchdog is not None:
-                watchdog.beat()
-            if self.step < cfg.steps and self._due(last_save_step, last_save_time, t1):
-                progress.flush(t1)
-                result = self.save()
-                last_save_step, last_save_time = self.step, time.time()
-                if watchdog is not None:
-                    watchdog.beat()
-                if cfg.checkpoint_interval == "auto" and result.blocking_s:
-                    self.interval_s = self._auto_interval(csbt_s=result.blocking_s)
-            if t1 - last_log >= cfg.log_every_s or self.step == cfg.steps:
-                rate = (
-                    window_steps * cfg.batch_size * self.env.world_size / max(t1 - window_t0, 1e-9)
-                )
-                eta = (cfg.steps - self.step) * (t1 - window_t0) / max(window_steps, 1)
-                log.info(
-                    "step %d/%d  loss %.4f  %.0f samples/s  ETA %.0fs",
-                    self.step,
-                    cfg.steps,
-                    float(loss),
-                    rate,
-                    eta,
-                )
-                last_log, window_t0, window_steps = t1, t1, 0
-            progress_before_fault = self.step in {f.at_step for f in cfg.faults}
-            if progress_before_fault:
-                progress.flush(t1)
-            faults.after_step(self.step)
+            beat()
+            self._maybe_checkpoint(now, progress, beat)
+            steps.step_done(self.step, loss, now)
+            faults.after_step(self.step, now)
         progress.flush()
         return EXIT_OK
 
-    def _train_step(self, batch: Any) -> torch.Tensor:
+    def _step(self, batch: Batch, progress: Progress) -> tuple[float, float]:
+        """One training step on `batch`, recorded; returns (loss, when it ended)."""
+        batch = batch.to(self.env.device)
+        t0 = time.time()
+        loss = float(self._train_step(batch))
+        if self.cfg.step_sleep_s:
+            time.sleep(self.cfg.step_sleep_s)
+        t1 = time.time()
+        self.step += 1
+        self.cursor = batch.cursor_end
+        progress.add(self.step, batch.cursor_start, batch.cursor_end, t0, t1, loss)
+        return loss, t1
+
+    def _after_first_step(self) -> None:
+        """Compilation is complete once backward ran: report it, and save a cache that
+        missed (off the loop's critical path; `close` joins it so the entry is whole)."""
+        if self.cfg.compile:
+            _log_compile_counters("after the first real step")
+        cache, self._cache_to_save = self._cache_to_save, None
+        if cache is not None and self.env.is_reporter:  # one rank saves: the same entry
+            self._cache_saver = threading.Thread(
+                target=_save_cache,
+                args=(cache, self.cache_key()),
+                name="ett-cache-save",
+                daemon=True,
+            )
+            self._cache_saver.start()
+
+    def _train_step(self, batch: Batch) -> torch.Tensor:
         loss: torch.Tensor = self.model(batch.dense, batch.sparse, batch.labels)[0]
         torch.autograd.backward(loss)
         for opt in self.optimizers.values():
             opt.step()
             opt.zero_grad(set_to_none=True)
         return loss.detach()
-
-    def _auto_interval(self, csbt_s: float | None) -> float:
-        """Young/Daly from the measured blocking time and this job's failure history."""
-        train_s, failures, history_csbt = _history(self.cfg, self.ident.job_id)
-        csbt = csbt_s if csbt_s is not None else (history_csbt or 1.0)
-        choice = auto_interval(csbt, train_s=train_s, failures=failures)
-        log.info(
-            "checkpoint interval auto: %.1fs (%s; CSBT %.3fs, MTBF %s)",
-            choice.interval_s,
-            choice.method,
-            csbt,
-            f"{choice.mtbf_s:.0f}s" if choice.mtbf_s else "unknown",
-        )
-        return choice.interval_s
 
     def _leave_preempted(self) -> int:
         deadline = (self.preemption.received_at or time.time()) + self.cfg.grace_s
@@ -522,8 +536,7 @@ class Trainer:
     def finish(self) -> None:
         em = self.emitter
         with em.phase("final_checkpoint"):
-            latest = self.manager.latest()
-            if latest is None or not Path(latest).name.endswith(f"{self.step:010d}"):
+            if self.manager.latest_step() != self.step:
                 self.save(final=True)
             self.manager.wait()
         with em.phase("teardown"):
@@ -532,12 +545,16 @@ class Trainer:
     def close(self) -> None:
         if self._cache_saver is not None:
             self._cache_saver.join(timeout=120)
-        for closer in (getattr(self.pipeline, "close", None), getattr(self.manager, "close", None)):
-            if closer is not None:
+        for part in (getattr(self, "pipeline", None), getattr(self, "manager", None)):
+            if part is not None:
                 try:
-                    closer()
+                    part.close()
                 except Exception as exc:
                     log.warning("teardown: %s", exc)
+
+
+def _nothing() -> None:
+    """No watchdog: nothing to tell."""
 
 
 def _log_compile_counters(when: str) -> None:
@@ -546,12 +563,12 @@ def _log_compile_counters(when: str) -> None:
     log.info("compile %s: %s", when, format_counters(compile_counters()))
 
 
-def _chain_first(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+def _chain_first(first: Batch, rest: Iterator[Batch]) -> Iterator[Batch]:
     yield first
     yield from rest
 
 
-def _save_cache(cache: Any, key: str) -> None:
+def _save_cache(cache: CompileCache, key: str) -> None:
     try:
         path = cache.save(key)
         log.info("compile cache saved: %s", path)
@@ -573,10 +590,9 @@ def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]
                 return 0.0, 0, None
             result = attribute_job(events).to_dict()
         else:
-            from airflow_ett.settings import EttSettings
             from airflow_ett.store import EttStore
 
-            with EttStore(EttSettings.load().store_url) as store:
+            with EttStore() as store:  # the [ett] store_url
                 result = store.summary(job_id)
     except Exception as exc:
         log.info("no failure history for %s (%s): assuming none", job_id, exc)
@@ -586,7 +602,8 @@ def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]
     return float(result["effective_s"]), int(result["nof"]["total"]), csbt
 
 
-def _build_sharded(cfg: TrainerConfig, env: DistEnv) -> tuple[Any, dict[str, Any]]:
+def _build_sharded(cfg: TrainerConfig, env: DistEnv
+                   ) -> tuple[torch.nn.Module, dict[str, torch.optim.Optimizer]]:
     """DistributedModelParallel with fused RowWiseAdagrad on the tables (applied in
     backward, before sharding) and plain Adagrad on the dense parameters."""
     from torchrec.distributed import DistributedModelParallel
@@ -671,7 +688,7 @@ def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter
             "compile_cache_dir"
         )
         emitter.close()
-        return 78
+        return EXIT_BAD_CONFIG
     try:
         with emitter.phase("cache_prewarm"):
             trainer._build_model()

@@ -44,7 +44,6 @@ import logging
 import math
 import os
 import re
-import secrets
 import shutil
 import sys
 from collections.abc import Iterator, Mapping
@@ -55,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from airflow_ett.trainer.checkpoint import _fsync_dir
+from airflow_ett._fs import atomic_write, fsync_dir, fsync_file
 from airflow_ett.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -203,10 +202,10 @@ def publish_model(
             **caller,
         }
         _write_file(tmp / MANIFEST, (_dumps(manifest, where="manifest") + "\n").encode())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         path = model_dir / f"v{version}"
         os.rename(tmp, path)  # onto a name nobody else can take: see _allocate
-        _fsync_dir(model_dir)
+        fsync_dir(model_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -319,6 +318,8 @@ def _allocate(model_dir: Path) -> tuple[int, Path]:
 
 
 def _write_file(path: Path, data: bytes) -> None:
+    """Written and fsynced in place: only for files inside a `.v<N>.partial` directory,
+    which becomes visible whole by its own rename (everything else: `atomic_write`)."""
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
@@ -339,11 +340,7 @@ def _write_weights(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, An
     # safetensors writes through a private temp file (mode 0600); a published model is
     # for others to read: give it the mode our own files get (the umask's, as its dir).
     os.chmod(path, path.parent.stat().st_mode & 0o666)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(path)
     file_bytes, digest = _sha256(path)
     dtypes: dict[str, int] = {}
     for tensor in tensors.values():
@@ -387,14 +384,7 @@ def _advance_latest(model_dir: Path, version: int) -> None:
         current = _read_latest(model_dir)
         if current is not None and current >= version:
             return
-        tmp = model_dir / f".{LATEST}.{secrets.token_hex(4)}.tmp"
-        try:
-            _write_file(tmp, f"v{version}\n".encode())
-            os.replace(tmp, model_dir / LATEST)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(model_dir)
+        atomic_write(model_dir / LATEST, f"v{version}\n".encode())
 
 
 def _read_latest(model_dir: Path) -> int | None:

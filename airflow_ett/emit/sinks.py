@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from airflow_ett.emit._fs import write_all
+from airflow_ett._fs import write_all
 from airflow_ett.ett.events import Event, event_to_json, parse_line
 from airflow_ett.masking import mask_url
 

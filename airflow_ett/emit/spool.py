@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from airflow_ett.emit._fs import fsync_dir, write_all
+from airflow_ett._fs import atomic_write, fsync_dir, write_all
 from airflow_ett.emit._log import logger, rate_limited
 from airflow_ett.emit.sinks import EventSink, StoreSink
 from airflow_ett.ett.events import Event, EventError, event_to_json, parse_line
@@ -194,17 +194,15 @@ def write_rejected(path: Path, entries: Sequence[dict[str, object]], *,
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in entries).encode()
-    # Replacing writes a new file aside and renames it over; appending adds in place.
-    target = path.with_name(f".{path.name}.{_token()}.part") if replace else path
-    mode = os.O_EXCL if replace else os.O_APPEND
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
+    if replace:  # a new file aside (a `.part`, like the spool's own), renamed over
+        atomic_write(path, data, mode=0o644, suffix=".part")
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     try:
         write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
-    if replace:
-        os.replace(target, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -850,3 +850,15 @@ def test_two_ranks_sharded_async_save_while_training(tmp_path: Path) -> None:
         assert report["inflight_at_first_collective"], report
         assert report["loop_s"] >= 1.8, report
     shutil.rmtree(out / "ckpt", ignore_errors=True)
+
+
+def test_latest_step_is_the_newest_committed_one(
+        manager_factory: Callable[..., CheckpointManager]) -> None:
+    # what `Trainer.finish` asks to avoid saving the last step twice
+    manager = manager_factory(async_save=False, keep_last=0)
+    assert manager.latest_step() is None
+    manager.save(41, Job().state(), {})
+    manager.save(42, Job().state(), {})
+    assert manager.latest_step() == 42
+    (manager.directory / "step-0000000042" / COMMIT_MARKER).unlink()  # never committed
+    assert manager.latest_step() == 41

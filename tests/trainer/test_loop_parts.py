@@ -1,0 +1,125 @@
+"""The parts `Trainer._loop` delegates to, each on its own: the checkpoint-interval policy,
+the step logger, the fault injector's flush before a fault, and the exit codes' module
+(cheap enough for `python -m airflow_ett.trainer` to import before anything else)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
+from airflow_ett.trainer.config import FaultSpec, config_from_mapping
+from airflow_ett.trainer.faults import FAULT_KINDS, FaultInjector, FaultKind, InjectedFault
+
+# -- the interval policy -----------------------------------------------------------------
+
+
+def test_every_n_steps_counts_from_the_last_save() -> None:
+    policy = IntervalPolicy(steps=3)
+    policy.start(10, now=0.0)
+    assert [policy.due(s, 1e9) for s in (11, 12, 13)] == [False, False, True]
+    policy.saved(13, now=5.0, blocking_s=0.1)
+    assert not policy.due(15, 1e9) and policy.due(16, 0.0)
+
+
+def test_every_n_seconds_counts_from_the_last_save() -> None:
+    policy = IntervalPolicy(seconds=30.0)
+    policy.start(0, now=100.0)
+    assert not policy.due(999, 129.9) and policy.due(1, 130.0)
+    policy.saved(1, now=131.0, blocking_s=0.0)
+    assert not policy.due(2, 160.0) and policy.due(2, 161.0)
+
+
+def test_no_interval_is_never_due() -> None:
+    policy = IntervalPolicy()
+    policy.start(0, now=0.0)
+    assert not policy.due(10**9, 1e12)
+
+
+def test_auto_chooses_at_start_and_again_after_each_save_that_blocked(
+        caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+
+    def history() -> tuple[float, int, float | None]:
+        calls.append(1)
+        return 36_000.0, 10, 2.0  # MTBF 3600 s, CSBT 2 s from earlier attempts
+
+    policy = IntervalPolicy(history=history)
+    with caplog.at_level(logging.INFO, logger="airflow_ett.trainer"):
+        policy.start(0, now=0.0)
+    first = policy.seconds
+    assert first is not None and 30.0 < first < 3600.0 and len(calls) == 1
+    assert "checkpoint interval auto:" in caplog.text and "CSBT 2.000s" in caplog.text
+    policy.saved(5, now=10.0, blocking_s=0.0)  # nothing measured: keep the choice
+    assert policy.seconds == first and len(calls) == 1
+    policy.saved(6, now=20.0, blocking_s=0.5)  # a cheaper save: a shorter interval
+    assert policy.seconds is not None and policy.seconds < first and len(calls) == 2
+    assert not policy.due(7, 20.0 + policy.seconds - 0.01) and policy.due(7, 20.0 + policy.seconds)
+
+
+def test_from_config_reads_each_form_of_checkpoint_interval() -> None:
+    def history() -> tuple[float, int, float | None]:
+        return 0.0, 0, None
+
+    def policy(value: object) -> IntervalPolicy:
+        cfg = config_from_mapping({"model": "dlrm_tiny", "steps": 10, "checkpoint_dir": "c",
+                                   "checkpoint_interval": value})
+        return IntervalPolicy.from_config(cfg, history)
+
+    assert (policy(7).steps, policy(7).seconds, policy(7).history) == (7, None, None)
+    assert (policy("2.5s").steps, policy("2.5s").seconds) == (None, 2.5)
+    auto = policy("auto")
+    assert auto.history is history and auto.steps is None
+    auto.start(0, now=0.0)
+    assert auto.seconds == 3600.0  # no failures yet: the clamp's maximum
+
+
+# -- the step logger ---------------------------------------------------------------------
+
+
+def test_step_logger_logs_every_interval_and_the_last_step(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_ett.trainer.loop import StepLogger
+
+    steps = StepLogger(total_steps=10, samples_per_step=64, every_s=5.0, since=0.0)
+    with caplog.at_level(logging.INFO, logger="airflow_ett.trainer"):
+        for step, now in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 5.0), (5, 6.0), (10, 7.0)]:
+            steps.step_done(step, 0.5, now)
+    lines = [r.getMessage() for r in caplog.records]
+    # 4 steps in 5 s: 51 samples/s, 6 steps left at 1.25 s each; then 2 steps in 2 s
+    assert lines == ["step 4/10  loss 0.5000  51 samples/s  ETA 8s",
+                     "step 10/10  loss 0.5000  64 samples/s  ETA 0s"]
+
+
+# -- the fault injector ------------------------------------------------------------------
+
+
+def test_progress_is_flushed_just_before_a_fault_of_this_attempt_only() -> None:
+    flushed: list[float] = []
+    faults = (FaultSpec("raise", 3, attempt=1), FaultSpec("raise", 2, attempt=2))
+    injector = FaultInjector(faults, 1, before_fault=flushed.append)
+    injector.after_step(2, 20.0)  # attempt 2's fault: nothing happens here
+    assert flushed == []
+    with pytest.raises(InjectedFault, match="after step 3 \\(attempt 1\\)"):
+        injector.after_step(3, 30.0)
+    assert flushed == [30.0]
+
+
+def test_fault_kinds_are_the_literal_type() -> None:
+    assert FAULT_KINDS == get_args(FaultKind) == ("raise", "kill", "hang")
+
+
+def test_the_exit_codes_module_imports_the_stdlib_alone() -> None:
+    # __main__ imports it before parsing arguments: it must not start torch (whose import
+    # is part of trainer_init, measured from the process start) nor the trainer's config.
+    code = ("import sys, airflow_ett.trainer.faults as f; "
+            "print(f.EXIT_BAD_CONFIG, sorted(m for m in ('torch', 'airflow', "
+            "'airflow_ett.trainer.config') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "78 []"

@@ -1,0 +1,77 @@
+"""When the training loop's next periodic checkpoint is due: the `checkpoint_interval` rule.
+
+A step count, a duration (`"30s"`) or `"auto"`: a duration set by Young/Daly's optimum
+(`airflow_ett.ett.checkpoint_math.auto_interval`) from the checkpoint-save blocking time
+(CSBT) and the job's failure history. "auto" chooses once when training starts (CSBT from
+the history, or 1 s) and again after every periodic save that blocked, when this attempt's
+own CSBT has just been measured. The history comes from the caller (the trainer reads the
+job's events file or the ETT store), so the rule itself does no I/O and imports no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_ett.ett.checkpoint_math import auto_interval
+
+if TYPE_CHECKING:
+    from airflow_ett.trainer.config import TrainerConfig
+
+log = logging.getLogger("airflow_ett.trainer")
+
+#: (effective training seconds, failures, mean blocking seconds per save or None) so far.
+History = Callable[[], tuple[float, int, float | None]]
+
+
+@dataclass(slots=True)
+class IntervalPolicy:
+    """Due every `steps` steps, else every `seconds`; with `history` ("auto") `seconds` is
+    chosen by `start` and re-chosen by `saved`. Neither set: never due."""
+
+    steps: int | None = None
+    seconds: float | None = None
+    history: History | None = None
+    last_step: int = 0
+    last_time: float = 0.0
+
+    @classmethod
+    def from_config(cls, cfg: TrainerConfig, history: History) -> IntervalPolicy:
+        auto = cfg.checkpoint_interval == "auto"
+        return cls(steps=cfg.interval_steps(), seconds=cfg.interval_seconds(),
+                   history=history if auto else None)
+
+    def start(self, step: int, now: float | None = None) -> None:
+        """Training starts at `step`. Under "auto" the first choice comes first, so that a
+        slow history read does not count towards the first interval."""
+        if self.history is not None:
+            self.seconds = self._choose(csbt_s=None)
+        self.last_step, self.last_time = step, time.time() if now is None else now
+
+    def due(self, step: int, now: float) -> bool:
+        if self.steps is not None:
+            return step - self.last_step >= self.steps
+        return self.seconds is not None and now - self.last_time >= self.seconds
+
+    def saved(self, step: int, now: float, blocking_s: float) -> None:
+        """A periodic save at `step` returned at `now` after blocking `blocking_s`."""
+        self.last_step, self.last_time = step, now
+        if self.history is not None and blocking_s:
+            self.seconds = self._choose(csbt_s=blocking_s)
+
+    def _choose(self, csbt_s: float | None) -> float:
+        assert self.history is not None
+        train_s, failures, history_csbt = self.history()
+        csbt = csbt_s if csbt_s is not None else (history_csbt or 1.0)
+        choice = auto_interval(csbt, train_s=train_s, failures=failures)
+        log.info(
+            "checkpoint interval auto: %.1fs (%s; CSBT %.3fs, MTBF %s)",
+            choice.interval_s,
+            choice.method,
+            csbt,
+            f"{choice.mtbf_s:.0f}s" if choice.mtbf_s else "unknown",
+        )
+        return choice.interval_s
