@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from airflow_ett._fs import atomic_write
 from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
+from airflow_ett.trainer.faults import FAULT_KINDS as TRAINER_FAULT_KINDS
 from airflow_ett.trainer.preflight import check_parse_time_memory
 from airflow_ett.trainer.readers import Reader
 
 # Fields the operators own: a DAG file that sets them would fight the job's layout.
 MANAGED_FIELDS: Final = ("checkpoint_dir", "compile_cache_dir", "events_file")
-FAULT_KINDS: Final = ("none", "raise", "kill", "hang")
+FAULT_KINDS: Final = ("none", *TRAINER_FAULT_KINDS)  # what the trigger form offers
 PARAM_NAMES: Final = ("steps", "inject_fault", "fault_at_step", "fault_attempt")
 
 
@@ -163,17 +163,10 @@ def materialize(config: Mapping[str, Any], params: Mapping[str, Any] | None,
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     try:
         paths.job_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=paths.job_dir, prefix=".trainer-", suffix=".json")
+        atomic_write(paths.config_file, text.encode("utf-8"), mode=0o600)
     except (PermissionError, NotADirectoryError, FileExistsError) as exc:
         # a setup mistake, not a passing fault: retrying cannot fix it
         raise JobConfigError(f"work_dir = {str(paths.work_dir)!r}: cannot write the job's "
                              f"files under it ({paths.job_dir}): {exc.strerror or exc}"
                              ) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, paths.config_file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return parsed

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_ett._fs import atomic_write
 from airflow_ett.embedded.errors import EmbeddedAirflowError
 
 SECRETS_FILE = "embedded_secrets.json"
@@ -67,11 +68,7 @@ def load_or_create_secrets(home: Path) -> dict[str, str]:
         for key in missing:
             stored[key] = wanted[key]()
         home.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(stored, fh)
-        tmp.replace(path)
+        atomic_write(path, json.dumps(stored).encode(), mode=0o600)  # secrets: owner only
     return stored
 
 
