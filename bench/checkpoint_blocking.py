@@ -84,14 +84,32 @@ def machine() -> str:
             f"CUDA {'yes' if torch.cuda.is_available() else 'no'}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--param-mb", type=int, default=128,
                         help="parameter MB; the Adam state adds twice that (default 128)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None,
                         help="where to write (default: a temporary directory)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_reps(variants: list[Callable[[int], None]], reps: int,
+             results: dict[str, list[float]]) -> None:
+    """Each variant once per repetition, in an order rotated so that none always goes
+    first; numbered from 1, step 0 being the cold save."""
+    for rep in range(reps):
+        shift = rep % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            os.sync()  # untimed: no variant pays for the previous one's writeback
+            variant(rep + 1)
+        print(f"  rep {rep}: copy {results['copy'][-1]:.3f}s  "
+              f"sync dcp {results['sync_dcp'][-1]:.3f}s  "
+              f"async blocking {results['async_blocking'][-1]:.3f}s", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
     warnings.filterwarnings("ignore", message=r"torch\.distributed is (disabled, )?unavail")
 
     model, optim = build_state(args.param_mb)
@@ -148,19 +166,17 @@ def main() -> None:
     variants = [copy_floor, sync_dcp, sync_manager, async_manager, fresh_manager]
     try:
         async_manager(0)  # the cold save: allocates the reused staging buffers
-        for rep in range(args.reps):
-            shift = rep % len(variants)  # rotate the order: no variant always goes first
-            for variant in variants[shift:] + variants[:shift]:
-                os.sync()  # untimed: no variant pays for the previous one's writeback
-                variant(rep + 1)  # step 0 is the cold save
-            print(f"  rep {rep}: copy {results['copy'][-1]:.3f}s  "
-                  f"sync dcp {results['sync_dcp'][-1]:.3f}s  "
-                  f"async blocking {results['async_blocking'][-1]:.3f}s", flush=True)
+        run_reps(variants, args.reps, results)
     finally:
         for m in (async_mgr, fresh_mgr, sync_mgr):
             m.close()
         shutil.rmtree(root, ignore_errors=True)
+    report(results, cold, state_bytes)
 
+
+def report(results: dict[str, list[float]], cold: list[tuple[float, float]],
+           state_bytes: int) -> None:
+    """Medians and ranges per variant, then the ratios against their targets."""
     med = {k: statistics.median(v) for k, v in results.items() if v}
     rng = {k: (min(v), max(v)) for k, v in results.items() if v}
     print()

@@ -820,34 +820,9 @@ class CheckpointManager:
         collectives: DCP's own (it raises on every rank when any rank fails), one gather
         of file checksums, one broadcast of the coordinator's outcome."""
         coord = self._coord
-        try:
-            writer = FileSystemWriter(tmp, sync_files=True, thread_count=self.write_threads)
-            dcp_save(
-                state, storage_writer=writer, process_group=coord.group, no_dist=coord.group is None
-            )
-        except BaseException as exc:
-            if coord.is_coordinator:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"checkpoint step {step}: DCP save failed: {exc}") from exc
-        described: dict[str, dict[str, Any]] | str
-        try:
-            prefix = f"__{coord.rank}_"
-            mine = sorted(n for n in os.listdir(tmp) if n.startswith(prefix))
-            described = _describe(tmp, mine)
-        except OSError as exc:
-            described = f"rank {coord.rank}: {exc}"
-        gathered = coord.gather((described, extra_json))
-        outcome: tuple[str | None, int, float | None]
-        total: float | None
-        if coord.is_coordinator:
-            try:
-                size, total = self._commit(step, tmp, gathered, extra_json, t0, blocking)
-                outcome = (None, size, total)
-            except Exception as exc:
-                shutil.rmtree(tmp, ignore_errors=True)
-                outcome = (f"{type(exc).__name__}: {exc}", 0, None)
-        else:
-            outcome = (None, 0, None)
+        self._dcp_write(step, state, tmp)
+        gathered = coord.gather((self._describe_mine(tmp), extra_json))
+        outcome = self._commit_outcome(step, tmp, gathered, extra_json, t0, blocking)
         error, size, total = coord.broadcast(outcome)
         if error is not None:
             raise CheckpointError(f"checkpoint step {step}: commit failed: {error}")
@@ -868,6 +843,49 @@ class CheckpointManager:
             except Exception:
                 log.exception("on_commit callback failed for checkpoint step %d", step)
         return result
+
+    def _dcp_write(self, step: int, state: dict[str, Any], tmp: Path) -> None:
+        """DCP's save into `tmp` (a collective); on failure the coordinator removes `tmp`."""
+        coord = self._coord
+        try:
+            writer = FileSystemWriter(tmp, sync_files=True, thread_count=self.write_threads)
+            dcp_save(
+                state, storage_writer=writer, process_group=coord.group, no_dist=coord.group is None
+            )
+        except BaseException as exc:
+            if coord.is_coordinator:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"checkpoint step {step}: DCP save failed: {exc}") from exc
+
+    def _describe_mine(self, tmp: Path) -> dict[str, dict[str, Any]] | str:
+        """Sizes and checksums of this rank's files, or why they cannot be read: a string,
+        not an exception, because every rank must still reach the gather."""
+        try:
+            prefix = f"__{self._coord.rank}_"
+            mine = sorted(n for n in os.listdir(tmp) if n.startswith(prefix))
+            return _describe(tmp, mine)
+        except OSError as exc:
+            return f"rank {self._coord.rank}: {exc}"
+
+    def _commit_outcome(
+        self,
+        step: int,
+        tmp: Path,
+        gathered: list[Any],
+        extra_json: str,
+        t0: float,
+        blocking: float | None,
+    ) -> tuple[str | None, int, float | None]:
+        """(error, bytes, total seconds) of the coordinator's commit, to broadcast; never
+        raises, so no rank is left waiting. Other ranks contribute a placeholder."""
+        if not self._coord.is_coordinator:
+            return (None, 0, None)
+        try:
+            size, total = self._commit(step, tmp, gathered, extra_json, t0, blocking)
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return (f"{type(exc).__name__}: {exc}", 0, None)
+        return (None, size, total)
 
     def _commit(
         self,
@@ -1003,32 +1021,13 @@ class CheckpointManager:
         files: dict[str, Any] = marker["files"]
         if _DCP_METADATA not in files:
             return f"commit marker lists no {_DCP_METADATA}", None
-        for name, want in sorted(files.items()):
-            file = path / name
-            try:
-                size = file.stat().st_size
-            except OSError:
-                return f"{name} is missing", None
-            if size != want.get("size"):
-                return f"{name} has {size} bytes, the commit marker says {want.get('size')}", None
-        if self.verify == "checksum":
-            for name, want in sorted(files.items()):
-                try:
-                    _, crc = _crc32(path / name)
-                except OSError as exc:
-                    return f"{name} unreadable: {exc}", None
-                if crc != want.get("crc32"):
-                    return (
-                        f"{name} checksum {crc} differs from the commit marker's "
-                        f"{want.get('crc32')}"
-                    ), None
-        try:  # a CRC is no authentication: the metadata is read as untrusted input
-            with open(path / _DCP_METADATA, "rb") as stream:
-                read_checkpoint_metadata(stream)
-        except UnsafeCheckpointError as exc:
-            return f"{_DCP_METADATA} refused: {exc}", None
-        except Exception as exc:
-            return f"{_DCP_METADATA} unreadable: {type(exc).__name__}: {exc}", None
+        reason = _size_mismatch(path, files)
+        if reason is None and self.verify == "checksum":
+            reason = _checksum_mismatch(path, files)
+        if reason is None:
+            reason = _unsafe_metadata(path)
+        if reason is not None:
+            return reason, None
         return None, marker
 
     def _extra_for_me(self, marker: dict[str, Any]) -> dict[str, Any]:
@@ -1051,6 +1050,44 @@ class CheckpointManager:
         except (Exception, CheckpointException) as exc:  # the latter is a BaseException
             return f"{type(exc).__name__}: {_first_line(exc)}"
         return None
+
+
+def _size_mismatch(path: Path, files: dict[str, Any]) -> str | None:
+    """The first listed file that is missing or not the size the commit marker says."""
+    for name, want in sorted(files.items()):
+        file = path / name
+        try:
+            size = file.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != want.get("size"):
+            return f"{name} has {size} bytes, the commit marker says {want.get('size')}"
+    return None
+
+
+def _checksum_mismatch(path: Path, files: dict[str, Any]) -> str | None:
+    """The first listed file unreadable or whose CRC32 differs from the commit marker's."""
+    for name, want in sorted(files.items()):
+        try:
+            _, crc = _crc32(path / name)
+        except OSError as exc:
+            return f"{name} unreadable: {exc}"
+        if crc != want.get("crc32"):
+            return f"{name} checksum {crc} differs from the commit marker's {want.get('crc32')}"
+    return None
+
+
+def _unsafe_metadata(path: Path) -> str | None:
+    """Why DCP's metadata file is refused; a CRC is no authentication, so it is read as
+    untrusted input."""
+    try:
+        with open(path / _DCP_METADATA, "rb") as stream:
+            read_checkpoint_metadata(stream)
+    except UnsafeCheckpointError as exc:
+        return f"{_DCP_METADATA} refused: {exc}"
+    except Exception as exc:
+        return f"{_DCP_METADATA} unreadable: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _quiet_no_dist_warning() -> None:

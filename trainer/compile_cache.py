@@ -941,13 +941,7 @@ def safe_extract(
         what = f"member {member.name!r}"
         if parts in seen:
             raise UnsafeArchiveError(f"{what}: appears twice")
-        if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-            raise UnsafeArchiveError(f"{what}: not a regular file, directory or link "
-                                     f"(device, fifo or other special file)")
-        if member.mode & 0o7000:
-            raise UnsafeArchiveError(f"{what}: setuid/setgid/sticky mode {member.mode:o}")
-        if member.size > max_member_bytes:
-            raise UnsafeArchiveError(f"{what}: {member.size} bytes, over {max_member_bytes}")
+        _check_member_kind(member, what, max_member_bytes)
         total += member.size
         if total > max_total_bytes:
             raise UnsafeArchiveError(f"more than {max_total_bytes} bytes in all at {what}")
@@ -963,6 +957,17 @@ def safe_extract(
     else:
         tar.extractall(dest, members=safe, numeric_owner=True)
     return len(safe)
+
+
+def _check_member_kind(member: tarfile.TarInfo, what: str, max_member_bytes: int) -> None:
+    """Refuses a member by itself: special files, setuid/setgid/sticky bits, oversize."""
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        raise UnsafeArchiveError(f"{what}: not a regular file, directory or link "
+                                 f"(device, fifo or other special file)")
+    if member.mode & 0o7000:
+        raise UnsafeArchiveError(f"{what}: setuid/setgid/sticky mode {member.mode:o}")
+    if member.size > max_member_bytes:
+        raise UnsafeArchiveError(f"{what}: {member.size} bytes, over {max_member_bytes}")
 
 
 def _member_parts(name: str, label: str = "member") -> tuple[str, ...]:

@@ -148,15 +148,7 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
 def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
                         ) -> TrainerConfig:
     """Every field through a typed reader: nothing a person typed is coerced."""
-    if not isinstance(data, Mapping):
-        raise _bad("(top level)", data, "must be a table / JSON object")
-    known = {f.name for f in fields(TrainerConfig)}
-    unknown = sorted(set(data) - known, key=str)
-    if unknown:
-        raise ConfigError(f"trainer config: unknown field(s) {unknown}; known: {sorted(known)}")
-    for required in ("model", "steps", "checkpoint_dir"):
-        if required not in data:
-            raise ConfigError(f"trainer config: missing required field {required!r}")
+    _check_top_level(data)
     base = base_dir or Path.cwd()
 
     def path(name: str) -> Path | None:
@@ -176,14 +168,7 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         model = resolve_model_config(data["model"])
     except ModelConfigError as exc:
         raise ConfigError(str(exc)) from None
-    opts_raw = data.get("optimizations", {})
-    if not isinstance(opts_raw, Mapping):
-        raise _bad("optimizations", opts_raw, "must be a table of booleans")
-    opt_fields = {f.name for f in fields(Optimizations)}
-    for key, value in opts_raw.items():
-        if key not in opt_fields:
-            raise _bad(f"optimizations.{key}", value, f"unknown; known: {sorted(opt_fields)}")
-        _R.boolean(f"optimizations.{key}", value)
+    opts_raw = _optimizations(data.get("optimizations", {}))
     checkpoint_dir = path("checkpoint_dir")
     if checkpoint_dir is None:
         raise _bad("checkpoint_dir", None, "must be a path (a non-empty string)")
@@ -211,6 +196,31 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         faults=_faults(data.get("faults", [])),
         optimizations=Optimizations(**opts_raw),
     )
+
+
+def _check_top_level(data: object) -> None:
+    """A table, with no field this trainer does not know and every required one present."""
+    if not isinstance(data, Mapping):
+        raise _bad("(top level)", data, "must be a table / JSON object")
+    known = {f.name for f in fields(TrainerConfig)}
+    unknown = sorted(set(data) - known, key=str)
+    if unknown:
+        raise ConfigError(f"trainer config: unknown field(s) {unknown}; known: {sorted(known)}")
+    for required in ("model", "steps", "checkpoint_dir"):
+        if required not in data:
+            raise ConfigError(f"trainer config: missing required field {required!r}")
+
+
+def _optimizations(raw: object) -> Mapping[str, Any]:
+    """The `optimizations` table, every key a known switch and every value a boolean."""
+    if not isinstance(raw, Mapping):
+        raise _bad("optimizations", raw, "must be a table of booleans")
+    opt_fields = {f.name for f in fields(Optimizations)}
+    for key, value in raw.items():
+        if key not in opt_fields:
+            raise _bad(f"optimizations.{key}", value, f"unknown; known: {sorted(opt_fields)}")
+        _R.boolean(f"optimizations.{key}", value)
+    return raw
 
 
 def load_config(path: str | Path) -> TrainerConfig:

@@ -95,6 +95,33 @@ def check_cursor(cursor: object, what: str = "cursor") -> int:
     return int(cursor)
 
 
+def _spec_error(name: str, value: object, rule: str) -> ValueError:
+    return ValueError(f"ClickLogSpec.{name} {rule}, got {value!r}")
+
+
+def _spec_tables(raw: object) -> list[tuple[str, int]]:
+    """`ClickLogSpec.tables` as (name, int rows) pairs: non-empty, names unique."""
+    bad = _spec_error
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise bad("tables", raw, "must be a sequence of (name, num_embeddings)")
+    tables: list[tuple[str, int]] = []
+    for i, entry in enumerate(raw):
+        if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
+            raise bad(f"tables[{i}]", entry, "must be a (name, num_embeddings) pair")
+        name, rows = entry
+        if not isinstance(name, str) or not name:
+            raise bad(f"tables[{i}] name", name, "must be a non-empty string")
+        if not _is_int(rows) or int(rows) <= 0:
+            raise bad(f"tables[{i}] ({name!r}) num_embeddings", rows, "must be an integer > 0")
+        tables.append((name, int(rows)))
+    if not tables:
+        raise bad("tables", raw, "must name at least one sparse feature")
+    names = [n for n, _ in tables]
+    if len(set(names)) != len(names):
+        raise bad("tables", names, "must have unique feature names")
+    return tables
+
+
 @dataclass(frozen=True)
 class ClickLogSpec:
     """What the synthetic click log looks like: the only input besides the cursor.
@@ -113,9 +140,7 @@ class ClickLogSpec:
     batch_size: int
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, rule: str) -> ValueError:
-            return ValueError(f"ClickLogSpec.{name} {rule}, got {value!r}")
-
+        bad = _spec_error
         if not _is_int(self.seed) or not 0 <= int(self.seed) <= _MASK64:
             raise bad("seed", self.seed, "must be an integer in [0, 2**64)")
         if not _is_int(self.num_dense) or int(self.num_dense) < 0:
@@ -124,23 +149,7 @@ class ClickLogSpec:
             raise bad("ids_per_feature", self.ids_per_feature, "must be an integer > 0")
         if not _is_int(self.batch_size) or int(self.batch_size) <= 0:
             raise bad("batch_size", self.batch_size, "must be an integer > 0")
-        if isinstance(self.tables, str | bytes) or not isinstance(self.tables, Sequence):
-            raise bad("tables", self.tables, "must be a sequence of (name, num_embeddings)")
-        tables: list[tuple[str, int]] = []
-        for i, entry in enumerate(self.tables):
-            if isinstance(entry, str | bytes) or not isinstance(entry, Sequence) or len(entry) != 2:
-                raise bad(f"tables[{i}]", entry, "must be a (name, num_embeddings) pair")
-            name, rows = entry
-            if not isinstance(name, str) or not name:
-                raise bad(f"tables[{i}] name", name, "must be a non-empty string")
-            if not _is_int(rows) or int(rows) <= 0:
-                raise bad(f"tables[{i}] ({name!r}) num_embeddings", rows, "must be an integer > 0")
-            tables.append((name, int(rows)))
-        if not tables:
-            raise bad("tables", self.tables, "must name at least one sparse feature")
-        names = [n for n, _ in tables]
-        if len(set(names)) != len(names):
-            raise bad("tables", names, "must have unique feature names")
+        tables = _spec_tables(self.tables)
         for attr in ("seed", "num_dense", "ids_per_feature", "batch_size"):
             object.__setattr__(self, attr, int(getattr(self, attr)))
         object.__setattr__(self, "tables", tuple(tables))
@@ -474,6 +483,24 @@ class WorkerPool:
         if self.closed:
             raise RuntimeError("data pipeline is closed")
         index = self._next_index
+        message = self._wait_message(index, timeout)
+        k = index % self._n
+        if message[0] == "error":
+            _, bad_index, cursor, tb = message
+            self._error = RuntimeError(
+                f"data worker {k} (pid {self._procs[k].pid}) failed producing the batch at "
+                f"cursor {cursor} (batch {bad_index}):\n{tb}"
+            )
+            raise self._error
+        _, got_index, raw = message
+        if got_index != index:  # cannot happen with one producer per queue; guard anyway
+            raise RuntimeError(f"data worker {k} sent batch {got_index}, expected {index}")
+        self._next_index += 1
+        return raw  # type: ignore[no-any-return]
+
+    def _wait_message(self, index: int, timeout: float | None) -> Any:
+        """The message for batch `index` from its worker's queue, polling so that a closed
+        pipeline, a dead worker or the deadline ends the wait instead of a hang."""
         k = index % self._n
         proc, q = self._procs[k], self._queues[k]
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -482,16 +509,14 @@ class WorkerPool:
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
             try:
-                message = q.get(timeout=max(0.0, wait))
-                break
+                return q.get(timeout=max(0.0, wait))
             except queue.Empty:
                 pass
             if self.closed:  # close() from another thread while we waited
                 raise RuntimeError("data pipeline was closed while waiting for a batch")
             if not proc.is_alive():
                 try:  # anything it put before dying is already in the pipe
-                    message = q.get(timeout=0.5)
-                    break
+                    return q.get(timeout=0.5)
                 except queue.Empty:
                     self._error = RuntimeError(
                         f"data worker {k} (pid {proc.pid}) died with exit code {proc.exitcode} "
@@ -503,18 +528,6 @@ class WorkerPool:
                     f"data worker {k} produced no batch for cursor {self._cursor_of(index)} "
                     f"within {timeout} s"
                 )
-        if message[0] == "error":
-            _, bad_index, cursor, tb = message
-            self._error = RuntimeError(
-                f"data worker {k} (pid {proc.pid}) failed producing the batch at cursor "
-                f"{cursor} (batch {bad_index}):\n{tb}"
-            )
-            raise self._error
-        _, got_index, raw = message
-        if got_index != index:  # cannot happen with one producer per queue; guard anyway
-            raise RuntimeError(f"data worker {k} sent batch {got_index}, expected {index}")
-        self._next_index += 1
-        return raw  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Stop and reap every worker (idempotent)."""

@@ -43,6 +43,12 @@ class ModelConfig:
         r.integer("num_dense", self.num_dense, minimum=1)
         r.integer("embedding_dim", self.embedding_dim, minimum=1)
         r.integer("ids_per_feature", self.ids_per_feature, minimum=1)
+        self._check_tables(r)
+        self._check_archs(r)
+        r.mapping("extra", self.extra)
+
+    def _check_tables(self, r: Reader) -> None:
+        """At least one table, each a (unique name, positive integer rows) pair."""
         if not isinstance(self.tables, tuple) or not self.tables:
             raise r.fail("tables", self.tables, "needs at least one table")
         for i, table in enumerate(self.tables):
@@ -57,6 +63,9 @@ class ModelConfig:
                 raise r.fail(f"tables[{name}]", rows, "num_embeddings must be an integer")
             if rows <= 0:
                 raise r.fail(f"tables[{name}]", rows, "num_embeddings must be > 0")
+
+    def _check_archs(self, r: Reader) -> None:
+        """Positive layer sizes; the dense arch ends in `embedding_dim`, the over arch in 1."""
         for arch in ("dense_arch", "over_arch"):
             sizes = getattr(self, arch)
             if not isinstance(sizes, tuple):
@@ -68,7 +77,6 @@ class ModelConfig:
                          f"must end in embedding_dim ({self.embedding_dim})")
         if not self.over_arch or self.over_arch[-1] != 1:
             raise r.fail("over_arch", self.over_arch, "must end in 1 (one logit)")
-        r.mapping("extra", self.extra)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

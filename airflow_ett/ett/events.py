@@ -369,8 +369,8 @@ def _lookup(obj: dict[str, Any], path: str) -> Any:
     return cur
 
 
-def event_from_dict(obj: Any) -> Event:
-    """Validate one decoded JSON object and build its event, or raise `EventError`."""
+def _event_class(obj: Any) -> type[Any]:
+    """The event type named by `type`, once `v` says this reader knows the format."""
     if not isinstance(obj, dict):
         raise EventError(f"an event must be a JSON object, got {type(obj).__name__}")
     etype = obj.get("type")
@@ -382,6 +382,11 @@ def event_from_dict(obj: Any) -> Event:
     if version != FORMAT_VERSION:
         raise EventError(f"unsupported format version (this reader knows {FORMAT_VERSION})",
                          field="v", value=version)
+    return cls
+
+
+def _checked_fields(cls: type[_Base], obj: dict[str, Any]) -> dict[str, Any]:
+    """The type's own fields, strings checked (free text escaped) and times made seconds."""
     # Only the fields of the type: unknown ones are ignored anyway, so they are not checked.
     fields = {name: obj[name] for name in ("type", *cls.__struct_fields__) if name in obj}
     free = cls.FREE_TEXT_FIELDS
@@ -393,14 +398,24 @@ def event_from_dict(obj: Any) -> Event:
     for name in cls.TIME_FIELDS:
         raw = fields.get(name)
         if raw is not None:
-            seconds = _to_seconds(name, raw)
-            if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-                try:
-                    seconds = float(seconds)
-                except OverflowError:  # an integer too big for any float
-                    seconds = math.inf
-                check_time(name, raw, seconds)
-            fields[name] = seconds
+            fields[name] = _checked_seconds(name, raw)
+    return fields
+
+
+def _checked_seconds(name: str, raw: Any) -> Any:
+    """A time field as float seconds, range-checked; a wrong type is left to msgspec."""
+    seconds = _to_seconds(name, raw)
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        try:
+            seconds = float(seconds)
+        except OverflowError:  # an integer too big for any float
+            seconds = math.inf
+        check_time(name, raw, seconds)
+    return seconds
+
+
+def _convert(fields: dict[str, Any], cls: type[Any], obj: dict[str, Any]) -> Event:
+    """msgspec's strict typing, its error reworded to name the field and the sent value."""
     try:
         event: Event = msgspec.convert(fields, cls, strict=True)
     except msgspec.ValidationError as exc:
@@ -415,6 +430,13 @@ def event_from_dict(obj: Any) -> Event:
                     f"[{INT64_MIN}, {INT64_MAX}]")
         raise EventError(text, field=field,
                          value=_lookup(obj, field) if field else MISSING) from None
+    return event
+
+
+def event_from_dict(obj: Any) -> Event:
+    """Validate one decoded JSON object and build its event, or raise `EventError`."""
+    cls = _event_class(obj)
+    event = _convert(_checked_fields(cls, obj), cls, obj)
     _check_semantics(event)
     return event
 
@@ -430,50 +452,67 @@ def _check_semantics(e: Event) -> None:
         if value is not None and not math.isfinite(value):
             raise EventError("time must be finite", field=name, value=value)
     if isinstance(e, Progress):
-        if e.step_end < e.step_start:
-            raise EventError(f"must be >= step_start ({e.step_start})", field="step_end",
-                             value=e.step_end)
-        if e.cursor_end < e.cursor_start:
-            raise EventError(f"must be >= cursor_start ({e.cursor_start})",
-                             field="cursor_end", value=e.cursor_end)
-        if e.cursor_start < 0:
-            raise EventError("must be >= 0", field="cursor_start", value=e.cursor_start)
-        if e.ts < e.start_ts:
-            raise EventError(f"span ends before it starts (start_ts={e.start_ts})",
-                             field="ts", value=e.ts)
+        _check_progress(e)
     elif isinstance(e, CheckpointSaved):
-        for name in ("blocking_s", "total_s"):
-            value = getattr(e, name)
-            if not (math.isfinite(value) and 0 <= value <= MAX_DURATION_S):
-                raise EventError(f"must be a number of seconds in [0, {MAX_DURATION_S:.0f}]",
-                                 field=name, value=value)
-        if e.bytes < 0:
-            raise EventError("must be >= 0", field="bytes", value=e.bytes)
+        _check_checkpoint_saved(e)
     elif isinstance(e, AttemptEnded):
-        if e.status == "failed" and e.cause is None:
-            raise EventError("a failed attempt needs a cause, one of "
-                             f"{list(FAILURE_CAUSES)}", field="cause")
-        if e.status == "success" and e.cause is not None:
-            raise EventError("only a failed attempt has a cause", field="cause", value=e.cause)
-        if e.detected_ts is not None and e.detected_ts > e.ts:
-            raise EventError(f"must not be after the attempt ended (ts={e.ts})",
-                             field="detected_ts", value=e.detected_ts)
+        _check_attempt_ended(e)
     elif isinstance(e, PhaseStarted | PhaseEnded):
-        known = PHASES.get(e.phase)
-        if e.component == "effective_training":
-            raise EventError("effective time comes only from progress events, not phases",
-                             field="component", value=e.component)
-        if known is None:
-            if e.component is None:
-                raise EventError("unknown phase; name a registered phase or declare its "
-                                 f"'component' (one of {list(COMPONENTS)})",
-                                 field="phase", value=e.phase)
-        elif known.derived:
-            raise EventError("this phase is derived by the ETT model and cannot be reported",
+        _check_phase(e)
+
+
+def _check_progress(e: Progress) -> None:
+    if e.step_end < e.step_start:
+        raise EventError(f"must be >= step_start ({e.step_start})", field="step_end",
+                         value=e.step_end)
+    if e.cursor_end < e.cursor_start:
+        raise EventError(f"must be >= cursor_start ({e.cursor_start})",
+                         field="cursor_end", value=e.cursor_end)
+    if e.cursor_start < 0:
+        raise EventError("must be >= 0", field="cursor_start", value=e.cursor_start)
+    if e.ts < e.start_ts:
+        raise EventError(f"span ends before it starts (start_ts={e.start_ts})",
+                         field="ts", value=e.ts)
+
+
+def _check_checkpoint_saved(e: CheckpointSaved) -> None:
+    for name in ("blocking_s", "total_s"):
+        value = getattr(e, name)
+        if not (math.isfinite(value) and 0 <= value <= MAX_DURATION_S):
+            raise EventError(f"must be a number of seconds in [0, {MAX_DURATION_S:.0f}]",
+                             field=name, value=value)
+    if e.bytes < 0:
+        raise EventError("must be >= 0", field="bytes", value=e.bytes)
+
+
+def _check_attempt_ended(e: AttemptEnded) -> None:
+    if e.status == "failed" and e.cause is None:
+        raise EventError("a failed attempt needs a cause, one of "
+                         f"{list(FAILURE_CAUSES)}", field="cause")
+    if e.status == "success" and e.cause is not None:
+        raise EventError("only a failed attempt has a cause", field="cause", value=e.cause)
+    if e.detected_ts is not None and e.detected_ts > e.ts:
+        raise EventError(f"must not be after the attempt ended (ts={e.ts})",
+                         field="detected_ts", value=e.detected_ts)
+
+
+def _check_phase(e: PhaseStarted | PhaseEnded) -> None:
+    """A phase is registered (and not derived) or declares its component; never effective."""
+    known = PHASES.get(e.phase)
+    if e.component == "effective_training":
+        raise EventError("effective time comes only from progress events, not phases",
+                         field="component", value=e.component)
+    if known is None:
+        if e.component is None:
+            raise EventError("unknown phase; name a registered phase or declare its "
+                             f"'component' (one of {list(COMPONENTS)})",
                              field="phase", value=e.phase)
-        elif e.component is not None and e.component != known.component:
-            raise EventError(f"phase '{e.phase}' belongs to '{known.component}'",
-                             field="component", value=e.component)
+    elif known.derived:
+        raise EventError("this phase is derived by the ETT model and cannot be reported",
+                         field="phase", value=e.phase)
+    elif e.component is not None and e.component != known.component:
+        raise EventError(f"phase '{e.phase}' belongs to '{known.component}'",
+                         field="component", value=e.component)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

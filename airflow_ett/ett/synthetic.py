@@ -95,21 +95,13 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
         yield AttemptStarted(id=next_id(), job=job, ts=t, attempt=attempt, host="sim")
         t = yield from _startup_phases(spec, attempt, t, next_id)
         if saved_step > 0 and spec.restore_s > 0:
-            yield PhaseStarted(id=next_id(), job=job, ts=t, attempt=attempt,
-                               phase="checkpoint_restore")
-            t += spec.restore_s
-            yield PhaseEnded(id=next_id(), job=job, ts=t, attempt=attempt,
-                             phase="checkpoint_restore")
+            t = yield from _restore_phase(spec, attempt, t, next_id)
         step = saved_step
         failure: InjectedFailure | None = None
         while step < spec.steps:
             if spec.running_until_step is not None and step >= spec.running_until_step:
                 return
-            n = min(spec.progress_every, spec.steps - step)
-            if spec.checkpoint_every:
-                n = min(n, spec.checkpoint_every - step % spec.checkpoint_every)
-            if pending and pending[0].at_step > step:
-                n = min(n, pending[0].at_step - step)
+            n = _chunk(spec, step, pending)
             end = t + n * spec.step_s
             yield Progress(id=next_id(), job=job, ts=end, attempt=attempt, start_ts=t,
                            step_start=step, step_end=step + n, cursor_start=step * spec.batch,
@@ -134,18 +126,46 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
                                exit_code=1 if failure.cause == "application" else -9)
             t += failure.reschedule_s
             continue
-        yield CheckpointSaved(id=next_id(), job=job, ts=t + spec.final_checkpoint_s,
-                              attempt=attempt, start_ts=t, step=step,
-                              cursor=step * spec.batch, blocking_s=spec.final_checkpoint_s,
-                              total_s=spec.final_checkpoint_s, final=True)
-        t += spec.final_checkpoint_s
-        yield PhaseStarted(id=next_id(), job=job, ts=t, attempt=attempt, phase="teardown")
-        t += spec.teardown_s
-        yield PhaseEnded(id=next_id(), job=job, ts=t, attempt=attempt, phase="teardown")
-        yield AttemptEnded(id=next_id(), job=job, ts=t, attempt=attempt, status="success",
-                           exit_code=0)
-        yield JobEnded(id=next_id(), job=job, ts=t, status="success")
+        yield from _finish(spec, attempt, t, step, next_id)
         return
+
+
+def _chunk(spec: JobSpec, step: int, pending: list[InjectedFailure]) -> int:
+    """Steps in the next progress event: it ends at a progress, checkpoint or failure step."""
+    n = min(spec.progress_every, spec.steps - step)
+    if spec.checkpoint_every:
+        n = min(n, spec.checkpoint_every - step % spec.checkpoint_every)
+    if pending and pending[0].at_step > step:
+        n = min(n, pending[0].at_step - step)
+    return n
+
+
+def _restore_phase(spec: JobSpec, attempt: str, t: float,
+                   next_id: Callable[[], str]) -> Generator[Event, None, float]:
+    """The checkpoint restore of an attempt that has a checkpoint to load."""
+    yield PhaseStarted(id=next_id(), job=spec.job, ts=t, attempt=attempt,
+                       phase="checkpoint_restore")
+    t += spec.restore_s
+    yield PhaseEnded(id=next_id(), job=spec.job, ts=t, attempt=attempt,
+                     phase="checkpoint_restore")
+    return t
+
+
+def _finish(spec: JobSpec, attempt: str, t: float, step: int,
+            next_id: Callable[[], str]) -> Iterator[Event]:
+    """A successful attempt's end: final checkpoint, teardown, attempt and job ended."""
+    job = spec.job
+    yield CheckpointSaved(id=next_id(), job=job, ts=t + spec.final_checkpoint_s,
+                          attempt=attempt, start_ts=t, step=step,
+                          cursor=step * spec.batch, blocking_s=spec.final_checkpoint_s,
+                          total_s=spec.final_checkpoint_s, final=True)
+    t += spec.final_checkpoint_s
+    yield PhaseStarted(id=next_id(), job=job, ts=t, attempt=attempt, phase="teardown")
+    t += spec.teardown_s
+    yield PhaseEnded(id=next_id(), job=job, ts=t, attempt=attempt, phase="teardown")
+    yield AttemptEnded(id=next_id(), job=job, ts=t, attempt=attempt, status="success",
+                       exit_code=0)
+    yield JobEnded(id=next_id(), job=job, ts=t, status="success")
 
 
 def _startup_phases(spec: JobSpec, attempt: str, t: float,

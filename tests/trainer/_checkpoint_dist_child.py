@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,24 +63,17 @@ def _views(model: Any, optimizer: Any, dtensor: Any, mine: torch.Tensor) -> dict
             "dtensor": dtensor, "mine": mine}
 
 
-def main() -> int:
+def _sharded_model(world: int) -> tuple[Any, Any]:
+    """Two tables on the meta device, one per rank (table-wise), with RowWiseAdagrad fused
+    into backward: (the DistributedModelParallel, its fused optimizer)."""
     import torchrec
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
     from torchrec.distributed.planner.types import Topology
     from torchrec.distributed.types import ShardingType
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-
-    import airflow_ett.trainer.checkpoint as ckpt
-
-    out = Path(sys.argv[1])
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    report: dict[str, Any] = {"rank": rank}
 
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=8, num_embeddings=64,
                                  feature_names=[f"f{i}"]) for i in range(2)]
@@ -93,7 +87,49 @@ def main() -> int:
         topology=Topology(world_size=world, compute_device="cpu"), constraints=constraints)
     plan = planner.collective_plan(ebc, [EmbeddingBagCollectionSharder()], dist.group.WORLD)
     model = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=plan)
-    optimizer = model.fused_optimizer
+    return model, model.fused_optimizer
+
+
+def _check_restored(restored: Any, rank: int, got: dict[str, list[torch.Tensor]],
+                    expected: dict[str, list[torch.Tensor]]) -> None:
+    """The restore found step 5 with this rank's own extra, and every value bitwise equal."""
+    assert restored is not None, "nothing restored"
+    assert restored.step == 5 and restored.skipped == [], restored
+    assert restored.extra == {"step": 5, "rank_extra": rank}, restored.extra  # its own
+    assert got.keys() == expected.keys(), (sorted(got), sorted(expected))
+    mismatched = [k for k in expected
+                  if len(got[k]) != len(expected[k])
+                  or not all(torch.equal(a, b)
+                             for a, b in zip(got[k], expected[k], strict=True))]
+    assert not mismatched, f"differ after restore: {mismatched}"
+
+
+def _train_with_collectives(train_step: Callable[[], None], committed_at: list[float]) -> int:
+    """60 steps, each with an all-reduce on the default group, the same count on every
+    rank; returns 1 if the save had not committed yet at the first one."""
+    x = torch.ones(1)
+    inflight_seen = 0
+    for i in range(60):
+        train_step()
+        dist.all_reduce(x)
+        time.sleep(0.03)
+        if i == 0:
+            inflight_seen = int(not committed_at)
+    return inflight_seen
+
+
+def main() -> int:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torchrec import KeyedJaggedTensor
+
+    import airflow_ett.trainer.checkpoint as ckpt
+
+    out = Path(sys.argv[1])
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    report: dict[str, Any] = {"rank": rank}
+    model, optimizer = _sharded_model(world)
 
     mesh = init_device_mesh("cpu", (world,))
     dtensor = distribute_tensor(torch.arange(64 * 4, dtype=torch.float32).reshape(64, 4),
@@ -139,43 +175,29 @@ def main() -> int:
     with torch.no_grad():
         mine.add_(1.0)
         dtensor.to_local().add_(1.0)
-    x = torch.ones(1)
     loop_start = time.monotonic()
-    inflight_seen = 0
-    for i in range(60):
-        train_step()
-        dist.all_reduce(x)
-        time.sleep(0.03)
-        if i == 0:
-            inflight_seen = int(not committed_at)
+    inflight_seen = _train_with_collectives(train_step, committed_at)
     loop_end = time.monotonic()
     final = manager.wait(timeout=60)
     ckpt.dcp_save = real_save  # type: ignore[assignment]
     assert final is not None and final.total_s is not None and final.bytes
-    report["inflight_at_first_collective"] = inflight_seen
-    report["committed_during_loop"] = bool(committed_at) and committed_at[0] < loop_end
-    report["loop_s"] = loop_end - loop_start
-    report["total_s"] = final.total_s
-    report["bytes"] = final.bytes
-    report["staging_threads"] = sorted(t.name for t in threading.enumerate())
+    report.update(
+        inflight_at_first_collective=inflight_seen,
+        committed_during_loop=bool(committed_at) and committed_at[0] < loop_end,
+        loop_s=loop_end - loop_start,
+        total_s=final.total_s,
+        bytes=final.bytes,
+        staging_threads=sorted(t.name for t in threading.enumerate()),
+    )
     manager.close()
 
     # A fresh manager (as after a restart) restores into the mutated live objects.
     restorer = ckpt.CheckpointManager(out / "ckpt", async_save=True)
     restored = restorer.restore(state())
     restorer.close()
-    assert restored is not None, "nothing restored"
-    assert restored.step == 5 and restored.skipped == [], restored
-    assert restored.extra == {"step": 5, "rank_extra": rank}, restored.extra  # its own
-    got = _snapshot(_views(model, optimizer, dtensor, mine))
-    assert got.keys() == expected.keys(), (sorted(got), sorted(expected))
-    mismatched = [k for k in expected
-                  if len(got[k]) != len(expected[k])
-                  or not all(torch.equal(a, b)
-                             for a, b in zip(got[k], expected[k], strict=True))]
-    assert not mismatched, f"differ after restore: {mismatched}"
-    report["compared"] = len(expected)
-    report["ok"] = True
+    _check_restored(restored, rank, _snapshot(_views(model, optimizer, dtensor, mine)),
+                    expected)
+    report.update(compared=len(expected), ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(report))
     dist.barrier()
     dist.destroy_process_group()
