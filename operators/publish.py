@@ -14,27 +14,24 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_ett.ett.summary import JobSummary
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.trainer.config import ConfigError, TrainerConfig
 
-_SUMMARY_KEYS = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
-                 "shutdown_s", "components", "provisional")
 
-
-def ett_summary(job: str, log: logging.Logger | Any) -> dict[str, Any] | None:
-    """The job's ETT so far, compact, for the manifest; None when the store cannot say
-    (publishing must not fail because the measurement is unavailable)."""
+def ett_summary(job: str, log: logging.Logger | Any) -> JobSummary | None:
+    """The job's ETT so far, for the manifest; None when the store cannot say (publishing
+    must not fail because the measurement is unavailable)."""
     try:
         from airflow_ett.store import EttStore
 
         with EttStore() as store:  # the [ett] store_url
-            full = store.summary(job)
+            return store.job_summary(job)
     except Exception as exc:
         log.warning("no ETT summary for %s in the manifest: %s", job, exc)
         return None
-    return {key: full[key] for key in _SUMMARY_KEYS if key in full}
 
 
 def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
@@ -54,13 +51,13 @@ def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
     job = op.job_id(context)
     dag_id, run_id = op.run_ids(context)
     summary = ett_summary(job, log)
-    ett_pct = summary.get("ett_pct") if summary else None
+    ett_pct = summary.ett_pct if summary is not None else None
     try:
         published = publish_model(
             cfg, paths.models_dir,
-            metrics={"ett_pct": ett_pct} if isinstance(ett_pct, int | float) and math.isfinite(
+            metrics={"ett_pct": ett_pct} if ett_pct is not None and math.isfinite(
                 ett_pct) else None,
-            ett_summary=summary,
+            ett_summary=summary.compact() if summary is not None else None,
             extra={"job": job, "dag_id": dag_id, "run_id": run_id},
         )
     except ConfigError as exc:  # e.g. another model's checkpoints: a retry cannot help

@@ -580,26 +580,26 @@ def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]
     """(effective training seconds, failures, mean blocking per save) of this job so far,
     from its events file or the ETT store; zeros when neither can be read."""
     from airflow_ett.ett.attribution import attribute_job
+    from airflow_ett.ett.summary import JobSummary
 
     try:
+        summary: JobSummary
         if cfg.events_file is not None:
             from airflow_ett.ett.events import read_events
 
             events = [e for e in read_events(str(cfg.events_file)).events if e.job == job_id]
             if not events:
                 return 0.0, 0, None
-            result = attribute_job(events).to_dict()
+            summary = attribute_job(events).summary()
         else:
             from airflow_ett.store import EttStore
 
             with EttStore() as store:  # the [ett] store_url
-                result = store.summary(job_id)
+                summary = store.job_summary(job_id)
     except Exception as exc:
         log.info("no failure history for %s (%s): assuming none", job_id, exc)
         return 0.0, 0, None
-    saves = result["checkpoints"]["saves"]
-    csbt = result["csbt_s"] / saves if saves else None
-    return float(result["effective_s"]), int(result["nof"]["total"]), csbt
+    return summary.effective_s, summary.failure_count, summary.blocking_per_save_s
 
 
 def _build_sharded(cfg: TrainerConfig, env: DistEnv

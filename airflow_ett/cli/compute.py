@@ -40,9 +40,9 @@ def compute_command(args: argparse.Namespace) -> int:
         if args.job not in results:
             fail(f"job {args.job!r} is not in {source}; jobs there: {sorted(results)[:10]}")
         results = {args.job: results[args.job]}
-    dicts = [r.to_dict(include_timeline=args.timeline) for r in results.values()]
     if args.json:
+        dicts = [r.to_dict(include_timeline=args.timeline) for r in results.values()]
         print_json(dicts[0] if len(dicts) == 1 else dicts, sys.stdout)
     else:
-        print("\n\n".join(render_job(d) for d in dicts))
+        print("\n\n".join(render_job(r.summary()) for r in results.values()))
     return 0

@@ -1,19 +1,22 @@
 """Plain-text rendering of one job's ETT breakdown, for the CLI and the demo.
 
-It reads only the JSON-ready dict (`JobAttribution.to_dict()` or a cached summary from
-the store), so whatever produced the numbers, the text says the same thing. A summary
-read back from the store may hold what today's code would never write (an infinite or
-NaN time, a null, a string from an older version): every number is formatted through
-`_num`, which shows such a value as it is instead of raising, so one odd stored job
-never keeps its report, or a page of them, from printing.
+`render_job` shows a `JobSummary` through its JSON form, the same form `--json` prints,
+so whatever produced the numbers, the text says the same thing. `render_row` shows a row
+read back from the store that is not a `JobSummary` this code reads (an older, laxer
+version could leave an infinite or NaN time, a null, a string, a missing key): the text is
+made from the JSON form for that reason, it is the one form both have. Every number is
+formatted through `_num`, which shows an odd value as it is instead of raising, so one odd
+stored job never keeps its report, or a page of them, from printing.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_ett.ett.phases import COMPONENTS
+from airflow_ett.ett.summary import JobSummary
 
 
 def _finite(value: Any) -> float | None:
@@ -56,7 +59,12 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def render_job(d: dict[str, Any], *, top_phases: int = 8) -> str:
+def render_job(summary: JobSummary, *, top_phases: int = 8) -> str:
+    return render_row(summary.to_dict(), top_phases=top_phases)
+
+
+def render_row(d: Mapping[str, Any], *, top_phases: int = 8) -> str:
+    """A summary's JSON form, whatever it holds (see the module docstring)."""
     e2e = d.get("e2e_s")
     title = f"job {d.get('job')}"
     who = " / ".join(str(x) for x in (d.get("tenant"), d.get("model")) if x)

@@ -66,16 +66,20 @@ def list_command(args: argparse.Namespace) -> int:
 
 @store_command
 def show_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.render import render_job
+    from airflow_ett.cli.render import render_job, render_row
+    from airflow_ett.ett.summary import JobSummary, SummaryError
     from airflow_ett.store import EttStore, JobNotFound
 
     with EttStore(store_url(args)) as store:
         try:
-            summary = store.summary(args.run, now=args.now)
+            row = store.summary(args.run, now=args.now)
         except JobNotFound:
             fail(f"no run {args.run!r} in the ETT store")
-    if args.json:
-        print_json(summary, sys.stdout)
-    else:
-        print(render_job(summary))
+    if args.json:  # the row as stored: what was measured, not what today's code would say
+        print_json(row, sys.stdout)
+        return 0
+    try:
+        print(render_job(JobSummary.from_dict(row)))
+    except SummaryError:  # an older version's row: shown as it is, odd values and all
+        print(render_row(row))
     return 0

@@ -8,7 +8,8 @@ session; versioned migrations; idempotent writes keyed on event ids. Use::
     upgrade(url)                   # once per deployment, or `airflow-ett db upgrade`
     store = EttStore(url)          # one per process
     store.insert_events(events)    # -> how many were new
-    store.summary(job_id)          # -> attribution dict, cached per job version
+    store.job_summary(job_id)      # -> JobSummary, cached per job version
+    store.summary(job_id)          # -> its JSON form, as cached
 """
 
 from __future__ import annotations

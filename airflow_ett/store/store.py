@@ -42,6 +42,7 @@ from airflow_ett.ett.events import (
     event_to_json,
     parse_line,
 )
+from airflow_ett.ett.summary import JobSummary, SummaryError
 from airflow_ett.store.engine import is_sqlite, make_engine, writer
 from airflow_ett.store.errors import (
     JobNotFound,
@@ -435,12 +436,36 @@ class EttStore:
     # -- summaries -----------------------------------------------------------------
 
     def summary(self, job: str, now: float | None = None) -> dict[str, Any]:
-        """The job's attribution (`JobAttribution.to_dict()`), cached by job version.
+        """The job's summary in its JSON form, as cached: what `runs show --json` prints.
 
         A cached result is reused while no new event arrived for the job, unless it was
         provisional (the job was still running: its numbers move with `now`). Raises
-        `JobNotFound` for a job with no events.
+        `JobNotFound` for a job with no events. Readers that use the numbers want
+        `job_summary`, the typed form; this one hands a stored row on as it is.
         """
+        return self._summary(job, now, use_cache=True)
+
+    def job_summary(self, job: str, now: float | None = None) -> JobSummary:
+        """The job's `JobSummary`, cached like `summary`.
+
+        A cached row that is not a summary this code reads (left by an older, laxer
+        version) is computed again from the job's events, and the cache rewritten; when
+        there are no events to compute it from, `SummaryError` says why.
+        """
+        try:
+            return JobSummary.from_dict(self._summary(job, now, use_cache=True))
+        except SummaryError as exc:
+            log.info("ETT store %s: cached summary of %s computed again: %s", self.url, job,
+                     exc)
+        from airflow_ett.ett.attribution import AttributionError
+
+        try:
+            return JobSummary.from_dict(self._summary(job, now, use_cache=False))
+        except AttributionError as exc:
+            raise SummaryError(f"job {job!r}: the cached summary cannot be read and the "
+                               f"events cannot replace it: {exc}") from None
+
+    def _summary(self, job: str, now: float | None, *, use_cache: bool) -> dict[str, Any]:
         from airflow_ett.ett.attribution import attribute_job
 
         def read(conn: Connection) -> tuple[int, dict[str, Any] | None, list[Event]]:
@@ -453,7 +478,7 @@ class EttStore:
             cached = conn.execute(
                 sa.select(summaries.c.version, summaries.c.provisional, summaries.c.payload)
                 .where(summaries.c.job == job)
-            ).first()
+            ).first() if use_cache else None
             if cached is not None and cached.version == version and not cached.provisional:
                 return version, json.loads(cached.payload), []
             return version, None, self._events_of(conn, job)

@@ -1,8 +1,8 @@
 """What attribution returns: one job's use of its wall time, and how it prints.
 
 Durations are exact integer microseconds (`*_us`) so that the six components add up to
-E2E to the microsecond; `to_dict()` is the JSON form (seconds), whose keys the CLI's
-`--json`, the store's summary cache and the operators read, so they only ever grow.
+E2E to the microsecond. `summary()` is the typed `JobSummary` (seconds) every reader outside
+the model gets (airflow_ett/ett/summary.py); `to_dict()` is its JSON form.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ett.ett.events import FAILURE_CAUSES
-from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
+from airflow_ett.ett.phases import EFFECTIVE
+from airflow_ett.ett.summary import JobSummary
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
 
 
@@ -30,18 +31,6 @@ class AttemptSummary:
     exit_code: int | None
     inferred: bool
     effective_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "start": self.start,
-            "end": self.end,
-            "status": self.status,
-            "cause": self.cause,
-            "exit_code": self.exit_code,
-            "inferred": self.inferred,
-            "effective_s": self.effective_s,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +54,6 @@ class FailureSummary:
     @property
     def ttr_from_detection_s(self) -> float | None:
         return None if self.ttr_us is None else to_s(self.ttr_us - self.detection_us)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "cause": self.cause,
-            "at": self.at,
-            "during_tts": self.during_tts,
-            "ttr_s": self.ttr_s,
-            "detection_s": to_s(self.detection_us),
-            "ttr_from_detection_s": self.ttr_from_detection_s,
-            "stages": {k: to_s(v) for k, v in self.stages_us.items()},
-            "phases": {k: to_s(v) for k, v in self.phases_us.items()},
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,51 +128,13 @@ class JobAttribution:
             ),
         }
 
+    def summary(self) -> JobSummary:
+        """The typed contract every reader outside the model gets (`ett/summary.py`)."""
+        return JobSummary.from_attribution(self)
+
     def to_dict(self, *, include_timeline: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "job": self.job,
-            "tenant": self.tenant,
-            "model": self.model,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "provisional": self.provisional,
-            "started": self.started,
-            "submitted_at": self.submitted_at,
-            "ended_at": self.ended_at,
-            "ett_pct": self.ett_pct,
-            "e2e_s": to_s(self.e2e_us),
-            "effective_s": to_s(self.effective_us),
-            "tts_s": to_s(self.tts_us),
-            "ttr_s": [to_s(v) for v in self.ttr_us],
-            "ttr_from_detection_s": [
-                f.ttr_from_detection_s for f in self.failures if f.ttr_us is not None
-            ],
-            "nof": self.nof,
-            "in_loop_waste_s": to_s(self.in_loop_waste_us),
-            "shutdown_s": to_s(self.shutdown_us),
-            "csbt_s": to_s(self.csbt_us),
-            "components": {c: to_s(self.components_us[c]) for c in COMPONENTS},
-            "phases": {k: to_s(v) for k, v in sorted(self.phases_us.items())},
-            "phases_raw": {k: to_s(v) for k, v in sorted(self.phases_raw_us.items())},
-            "phase_components": dict(sorted(self.phase_components.items())),
-            "tts_phases": {k: to_s(v) for k, v in sorted(self.tts_phases_us.items())},
-            "failures": [f.to_dict() for f in self.failures],
-            "attempts": [a.to_dict() for a in self.attempts],
-            "rates": self.failure_rates(),
-            "checkpoints": {
-                "saves": self.checkpoint_saves,
-                "final_saves": self.final_checkpoint_saves,
-                "blocking_s": to_s(self.csbt_us),
-                "total_s": to_s(self.checkpoint_total_us),
-                "bytes": self.checkpoint_bytes,
-            },
-            "model_available_after_release_s": (
-                None
-                if self.model_available_after_release_us is None
-                else to_s(self.model_available_after_release_us)
-            ),
-            "warnings": list(self.warnings),
-        }
+        """The JSON form of `summary()`, with the labelled timeline when asked."""
+        out = self.summary().to_dict()
         if include_timeline:
             base = to_us(self.submitted_at)
             out["timeline"] = [
