@@ -20,8 +20,7 @@ from tests.emit.conftest import (
     spooled_ids,
     wait_until,
 )
-
-T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+from tests.factories import T0 as T
 
 
 def emit_progress(em: Emitter, n: int, start: int = 0) -> None:

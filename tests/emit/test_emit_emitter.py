@@ -21,8 +21,7 @@ from airflow_ett.ett.events import (
     Progress,
 )
 from tests.emit.conftest import ControlledSink, CountingSink, Destination, spool_files
-
-T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+from tests.factories import T0 as T
 
 
 def make(sink: object, spool_dir: Path, **kwargs: object) -> Emitter:

@@ -18,8 +18,7 @@ from airflow_ett.emit import replay_spool
 from airflow_ett.emit.spool import SpoolWriter
 from airflow_ett.ett.events import Event, JobEnded, Progress, event_to_json
 from tests.emit.conftest import CountingSink, Destination, spool_files
-
-T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
+from tests.factories import T0 as T
 
 DEAD_PID = 999_999_999  # names only; liveness is decided by the lock
 

@@ -24,8 +24,8 @@ from airflow_ett.ett.events import (
     event_to_json,
 )
 from tests.emit.conftest import ControlledSink, CountingSink, Destination, spool_files
+from tests.factories import T0 as T
 
-T = 1_795_856_000.0  # 2026-11-28
 DEAD_PID = 999_999_999
 
 

@@ -31,30 +31,12 @@ from airflow_ett.ett.events import (
     parse_lines,
     validate_event,
 )
+from tests.factories import MINIMAL, T0, event_dict
 
-T0 = 1_795_856_000.0  # 2026-11-28
-BASE: dict[str, dict[str, Any]] = {
-    "job_submitted": {"tenant": "t", "model": "m", "dag_id": "d", "run_id": "r"},
-    "attempt_started": {"attempt": "1", "host": "h"},
-    "attempt_ended": {"attempt": "1", "status": "failed", "cause": "infra",
-                      "detected_ts": T0, "message": "boom"},
-    "phase_started": {"attempt": "1", "phase": "compile", "span": "s"},
-    "progress": {"attempt": "1", "start_ts": T0 - 1, "step_start": 0, "step_end": 1,
-                 "cursor_start": 0, "cursor_end": 1},
-    "checkpoint_saved": {"attempt": "1", "start_ts": T0 - 1, "step": 1, "cursor": 1,
-                         "blocking_s": 1.0, "total_s": 2.0},
-    "job_ended": {"status": "success"},
-    "task_state": {"dag_id": "d", "task_id": "train", "state": "running", "message": "m"},
-    "model_published": {"uri": "s3://m"},
-}
-IDENTIFIERS = [(t, f) for t, extra in BASE.items()
+IDENTIFIERS = [(t, f) for t, extra in MINIMAL.items()
                for f in ("id", "job", *extra)
                if isinstance(extra.get(f, "x"), str) and f not in ("message", "host")]
 BAD = ["x\ud800", "x\udcff", "x\x00", "\x00"]
-
-
-def obj(etype: str, **changes: Any) -> dict[str, Any]:
-    return {"type": etype, "id": "e1", "job": "j", "ts": T0, **BASE[etype], **changes}
 
 
 def parse_obj(o: dict[str, Any]) -> Any:
@@ -65,7 +47,8 @@ def parse_obj(o: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("bad", BAD)
 def test_an_identifier_that_no_store_can_hold_is_named_in_the_error(
         etype: str, field: str, bad: str) -> None:
-    result = parse_lines([json.dumps(obj("progress")), json.dumps(obj(etype, **{field: bad}))])
+    result = parse_lines([json.dumps(event_dict("progress")),
+                          json.dumps(event_dict(etype, **{field: bad}))])
     assert len(result.events) == 1 and len(result.errors) == 1  # the good line stays
     error = result.errors[0]
     assert (error.line, error.field, error.value) == (2, field, bad)
@@ -75,15 +58,15 @@ def test_an_identifier_that_no_store_can_hold_is_named_in_the_error(
 
 @pytest.mark.parametrize("etype", ["attempt_ended", "task_state"])
 def test_free_text_is_escaped_not_rejected(etype: str) -> None:
-    event = parse_obj(obj(etype, message="/data/\udcff.bin\x00end"))
+    event = parse_obj(event_dict(etype, message="/data/\udcff.bin\x00end"))
     assert event.message == "/data/\\udcff.bin\\x00end"
     assert parse_line(event_to_json(event)) == event  # stable: escaping twice is a no-op
 
 
 def test_attrs_and_host_are_free_text_everywhere_inside() -> None:
-    sub = parse_obj(obj("job_submitted", attrs={"k\ud800": ["\x00", {"n": "v\udfff"}, 1]}))
+    sub = parse_obj(event_dict("job_submitted", attrs={"k\ud800": ["\x00", {"n": "v\udfff"}, 1]}))
     assert sub.attrs == {"k\\ud800": ["\\x00", {"n": "v\\udfff"}, 1]}
-    started = parse_obj(obj("attempt_started", host="h\x00"))
+    started = parse_obj(event_dict("attempt_started", host="h\x00"))
     assert started.host == "h\\x00"
 
 
@@ -125,7 +108,7 @@ def test_python_built_events_get_the_same_rules() -> None:
 )
 def test_times_that_cannot_be_real_are_rejected_with_a_hint(ts: Any, hint: str | None) -> None:
     with pytest.raises(EventError) as err:
-        parse_obj(obj("job_ended", ts=ts))
+        parse_obj(event_dict("job_ended", ts=ts))
     text = str(err.value)
     assert err.value.field == "ts" and "time out of range" in text
     assert "946684800" in text and "4102444800" in text
@@ -141,16 +124,16 @@ def test_times_that_cannot_be_real_are_rejected_with_a_hint(ts: Any, hint: str |
                                               ("attempt_ended", "detected_ts")])
 def test_every_time_field_has_the_bounds(etype: str, field: str) -> None:
     with pytest.raises(EventError) as err:
-        parse_obj(obj(etype, **{field: 1_795_856_000_000}))
+        parse_obj(event_dict(etype, **{field: 1_795_856_000_000}))
     assert err.value.field == field and "milliseconds" in str(err.value)
 
 
 def test_the_bounds_are_inclusive_below_and_exclusive_above() -> None:
-    assert parse_obj(obj("job_ended", ts=TS_MIN)).ts == TS_MIN
-    assert parse_obj(obj("job_ended", ts="2000-01-01T00:00:00Z")).ts == TS_MIN
-    assert parse_obj(obj("job_ended", ts=TS_MAX - 0.5)).ts == TS_MAX - 0.5
+    assert parse_obj(event_dict("job_ended", ts=TS_MIN)).ts == TS_MIN
+    assert parse_obj(event_dict("job_ended", ts="2000-01-01T00:00:00Z")).ts == TS_MIN
+    assert parse_obj(event_dict("job_ended", ts=TS_MAX - 0.5)).ts == TS_MAX - 0.5
     with pytest.raises(EventError):
-        parse_obj(obj("job_ended", ts=TS_MAX))
+        parse_obj(event_dict("job_ended", ts=TS_MAX))
 
 
 @pytest.mark.parametrize(("etype", "field"), [
@@ -160,17 +143,17 @@ def test_the_bounds_are_inclusive_below_and_exclusive_above() -> None:
     ("task_state", "map_index"),
 ])
 def test_integers_must_fit_64_bits(etype: str, field: str) -> None:
-    assert parse_obj(obj(etype, **{field: INT64_MAX})) is not None
+    assert parse_obj(event_dict(etype, **{field: INT64_MAX})) is not None
     for value in (INT64_MAX + 1, -(2**63) - 1, 10**30):
         with pytest.raises(EventError) as err:
-            parse_obj(obj(etype, **{field: value}))
+            parse_obj(event_dict(etype, **{field: value}))
         assert err.value.field == field and "64 bits" in str(err.value)
 
 
 @pytest.mark.parametrize("field", ["blocking_s", "total_s"])
 def test_durations_cannot_exceed_the_time_window(field: str) -> None:
     with pytest.raises(EventError) as err:
-        parse_obj(obj("checkpoint_saved", **{field: 1e18}))
+        parse_obj(event_dict("checkpoint_saved", **{field: 1e18}))
     assert err.value.field == field
 
 
@@ -182,11 +165,11 @@ string_fields = st.sampled_from(sorted({f for _, f in IDENTIFIERS} | {"message",
 
 
 @settings(max_examples=150, deadline=None)
-@given(etype=st.sampled_from(sorted(BASE)), values=st.dictionaries(string_fields, nasty_text,
+@given(etype=st.sampled_from(sorted(MINIMAL)), values=st.dictionaries(string_fields, nasty_text,
                                                                    max_size=4))
 def test_arbitrary_text_parses_to_a_storable_event_or_a_named_error(
         etype: str, values: dict[str, str]) -> None:
-    line = json.dumps(obj(etype, **values))
+    line = json.dumps(event_dict(etype, **values))
     try:
         event = parse_line(line)
     except EventError as exc:
@@ -208,7 +191,7 @@ def test_arbitrary_bytes_never_raise_anything_but_event_error(raw: bytes) -> Non
 
 
 def test_deep_nesting_is_an_error_for_its_line() -> None:
-    result = parse_lines(["[" * 100_000, json.dumps(obj("job_ended"))])
+    result = parse_lines(["[" * 100_000, json.dumps(event_dict("job_ended"))])
     assert len(result.events) == 1 and result.errors[0].line == 1
 
 

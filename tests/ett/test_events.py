@@ -18,8 +18,8 @@ from airflow_ett.ett.events import (
     parse_lines,
 )
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
+from tests.factories import T0
 
-T0 = 1_795_856_000.0  # 2026-11-28, inside the time bounds
 GOOD = {"type": "progress", "id": "p1", "job": "j", "ts": T0 + 2, "attempt": "1",
         "start_ts": T0 + 1, "step_start": 0, "step_end": 10, "cursor_start": 0, "cursor_end": 64}
 

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from airflow_ett.ett.events import Event, JobEnded, JobSubmitted, Progress
 from airflow_ett.store import EttStore, JobRow
 from airflow_ett.store.schema import events as events_table
+from tests.factories import T0 as T
 from tests.store.ett_store_helpers import job_events
-
-T = 1_795_856_000.0  # 2026-11-28: event times must be real Unix seconds
 
 
 def test_same_events_twice_count_once(store: EttStore) -> None:

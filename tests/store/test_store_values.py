@@ -28,9 +28,9 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.store import EttStore
 from airflow_ett.store.schema import events as events_table
+from tests.factories import T0
 from tests.store.ett_store_helpers import job_events
 
-T0 = 1_795_856_000.0  # 2026-11-28
 BAD_IDS = ["x\ud800", "x\x00"]
 
 
