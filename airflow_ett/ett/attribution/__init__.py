@@ -19,6 +19,9 @@ dataclass (docs/decisions/0007-attribution-stages.md):
 8. `level1`: TTS, each failure's TTR, in-loop waste and shutdown.
 9. `assemble`: all of it, with the attempt rows and checkpoint totals, as `JobAttribution`.
 
+After the stages, `window_clip` keeps only a job's time inside `[lo, hi)` (the nightly
+rollup's days), cut from the final timeline so that a partition of time sums exactly.
+
 The entry points (`attribute`, `attribute_job`, `dedupe`) are in `pipeline`; import every
 public name from this package, not from a stage module.
 """
@@ -31,6 +34,11 @@ from airflow_ett.ett.attribution.result import (
     FailureSummary,
     JobAttribution,
 )
+from airflow_ett.ett.attribution.window_clip import (
+    WindowAttribution,
+    attribute_window,
+    clip_to_window,
+)
 
 __all__ = [
     "EFFECTIVE_LABEL",
@@ -40,7 +48,10 @@ __all__ = [
     "AttributionError",
     "FailureSummary",
     "JobAttribution",
+    "WindowAttribution",
     "attribute",
     "attribute_job",
+    "attribute_window",
+    "clip_to_window",
     "dedupe",
 ]
