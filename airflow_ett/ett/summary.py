@@ -24,7 +24,7 @@ from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.timeline import to_s
 
 if TYPE_CHECKING:
-    from airflow_ett.ett.attribution.result import AttemptSummary, FailureSummary, JobAttribution
+    from airflow_ett.ett.attribution.result import FailureSummary, JobAttribution
 
 #: The version of the JSON form this code writes and the newest it reads.
 SUMMARY_VERSION: Final = 1
@@ -162,7 +162,7 @@ class JobSummary(_Part, frozen=True):
             phase_components=dict(sorted(result.phase_components.items())),
             tts_phases=_seconds(result.tts_phases_us),
             failures=[_failure(f) for f in result.failures],
-            attempts=[_attempt(a) for a in result.attempts],
+            attempts=list(result.attempts),
             rates=FailureRates(**result.failure_rates()),
             checkpoints=CheckpointTotals(
                 saves=result.checkpoint_saves,
@@ -229,12 +229,6 @@ def _failure(f: FailureSummary) -> FailureRow:
                       ttr_from_detection_s=f.ttr_from_detection_s,
                       stages={k: to_s(v) for k, v in f.stages_us.items()},
                       phases={k: to_s(v) for k, v in f.phases_us.items()})
-
-
-def _attempt(a: AttemptSummary) -> AttemptRow:
-    return AttemptRow(attempt=a.attempt, start=a.start, end=a.end, status=a.status,
-                      cause=a.cause, exit_code=a.exit_code, inferred=a.inferred,
-                      effective_s=a.effective_s)
 
 
 _PATH = re.compile(r" - at `\$((?:\.[^.\[`]+|\[\d+\]|\[\.\.\.\])*)`$")

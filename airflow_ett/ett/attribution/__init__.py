@@ -29,7 +29,6 @@ public name from this package, not from a stage module.
 from airflow_ett.ett.attribution.implied import EFFECTIVE_LABEL, IMPLIED_LABELS, REPLAY_LABEL
 from airflow_ett.ett.attribution.pipeline import attribute, attribute_job, dedupe
 from airflow_ett.ett.attribution.result import (
-    AttemptSummary,
     AttributionError,
     FailureSummary,
     JobAttribution,
@@ -44,7 +43,6 @@ __all__ = [
     "EFFECTIVE_LABEL",
     "IMPLIED_LABELS",
     "REPLAY_LABEL",
-    "AttemptSummary",
     "AttributionError",
     "FailureSummary",
     "JobAttribution",

@@ -16,8 +16,9 @@ from airflow_ett.ett.attribution.explicit import ExplicitPhases
 from airflow_ett.ett.attribution.implied import EFFECTIVE_LABEL
 from airflow_ett.ett.attribution.level1 import Level1
 from airflow_ett.ett.attribution.level2 import Level2
-from airflow_ett.ett.attribution.result import AttemptSummary, JobAttribution
+from airflow_ett.ett.attribution.result import JobAttribution
 from airflow_ett.ett.attribution.window import JobWindow
+from airflow_ett.ett.summary import AttemptRow
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
 
 
@@ -61,7 +62,8 @@ def assemble(job: str, *, collected: Collected, window: JobWindow,
     )
 
 
-def _attempt_row(timeline: Timeline, a: ClosedAttempt) -> AttemptSummary:
+def _attempt_row(timeline: Timeline, a: ClosedAttempt) -> AttemptRow:
     effective = timeline.totals(a.start, a.end).get(EFFECTIVE_LABEL, 0)
-    return AttemptSummary(a.id, to_s(a.start), to_s(a.end), a.status or "running", a.cause,
-                          a.exit_code, a.inferred, to_s(effective))
+    return AttemptRow(attempt=a.id, start=to_s(a.start), end=to_s(a.end),
+                      status=a.status or "running", cause=a.cause, exit_code=a.exit_code,
+                      inferred=a.inferred, effective_s=to_s(effective))

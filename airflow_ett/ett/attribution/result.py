@@ -13,24 +13,12 @@ from typing import Any
 
 from airflow_ett.ett.events import FAILURE_CAUSES
 from airflow_ett.ett.phases import EFFECTIVE
-from airflow_ett.ett.summary import JobSummary
+from airflow_ett.ett.summary import AttemptRow, JobSummary
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
 
 
 class AttributionError(ValueError):
     """Events that cannot describe one job (e.g. none at all, or several jobs mixed)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptSummary:
-    attempt: str
-    start: float
-    end: float
-    status: str  # success | failed | running
-    cause: str | None
-    exit_code: int | None
-    inferred: bool
-    effective_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +67,7 @@ class JobAttribution:
     failures: tuple[FailureSummary, ...]
     in_loop_waste_us: int
     shutdown_us: int
-    attempts: tuple[AttemptSummary, ...]
+    attempts: tuple[AttemptRow, ...]  # already in seconds: the summary's own row
     checkpoint_saves: int
     final_checkpoint_saves: int
     csbt_us: int
