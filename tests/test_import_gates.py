@@ -5,7 +5,8 @@ imports with flake8-tidy-imports' `banned-api` (TID251). These tests feed ruff a
 source on stdin under a path inside each directory (`--stdin-filename`: ruff applies the
 configuration of that path, and nothing is written into the source tree), so they fail if
 a nested config is deleted, stops extending the root, or stops seeing imports made inside
-a function (the case a module-level-only check would miss).
+a function (the case a module-level-only check would miss). The CLI's gate is the other
+way round (TID253): nothing heavy at module level, anything inside a command.
 """
 
 from __future__ import annotations
@@ -87,6 +88,27 @@ def test_nested_configs_keep_the_root_settings() -> None:
     """A nested ruff.toml that forgot `extend` would lint with ruff's defaults: a long
     line would pass and the complexity gate would be off."""
     long_line = "X = " + repr("x" * 100) + "\n"
-    for directory in ("airflow_ett/ett", "trainer", "airflow_ett/store", "airflow_ett/emit"):
+    for directory in ("airflow_ett/ett", "trainer", "airflow_ett/store", "airflow_ett/emit",
+                      "airflow_ett/cli"):
         codes = [code for code, _ in _codes(f"{directory}/_probe.py", long_line)]
         assert codes == ["E501"], (directory, codes)
+
+
+CLI_HEAVY = ["airflow", "sqlalchemy", "torch", "airflow_ett.store", "airflow_ett.emit",
+             "airflow_ett.embedded"]
+
+
+@pytest.mark.parametrize("module", CLI_HEAVY)
+def test_the_cli_imports_nothing_heavy_at_module_level(module: str) -> None:
+    """Every command module is imported to build the parser, so a module-level import of
+    the store (SQLAlchemy), the emitter or Airflow would load it for `compute` and
+    `--help` too (TID253, airflow_ett/cli/ruff.toml). Inside a command, or under
+    TYPE_CHECKING, it is fine."""
+    top = f"import {module}  # noqa: F401\n"
+    found = _codes("airflow_ett/cli/_probe.py", top)
+    assert [code for code, _ in found] == ["TID253"], found
+    assert f"`{module}` is banned at the module level" in found[0][1]
+    statement = f"import {module}  # noqa: F401"
+    lazy = ("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            f"    {statement}\n\n\n" + _in_function(statement))
+    assert _codes("airflow_ett/cli/_probe.py", lazy) == []
