@@ -24,7 +24,7 @@ from airflow_ett.ett.events import Event
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
 from airflow_ett.ett.timeline import to_s
-from tests.ett.test_properties import NOW, soups, specs
+from tests.ett.strategies import NOW, soups, specs
 
 DAY = 86_400.0
 MIDNIGHT = 1_780_012_800.0  # 2026-05-29T00:00:00Z, a multiple of DAY
