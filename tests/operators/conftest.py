@@ -9,6 +9,7 @@ tests/e2e on a real scheduler).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -86,3 +87,13 @@ def execute_in_thread(op: Any, run_id: str) -> tuple[threading.Thread, dict[str,
             outcome["error"] = exc
 
     return threading.Thread(target=run), outcome
+
+
+def started_trainer(op: Any, thread: threading.Thread, outcome: dict[str, Any],
+                    deadline: float) -> Any:
+    """The trainer process `op` started (its `_proc`), once it has one; fails the test if
+    the task ends or `deadline` (time.monotonic()) passes first."""
+    while op._proc is None:
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.05)
+    return op._proc

@@ -11,7 +11,7 @@ from airflow_ett.ett.events import PhaseEnded, PhaseStarted
 from airflow_ett.operators import CompileCachePrewarmOperator, JobConfigError
 from tests.proc_tree import TreeRecorder, still_running
 
-from .conftest import TINY, context, execute_in_thread, store_events
+from .conftest import TINY, context, execute_in_thread, started_trainer, store_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -83,10 +83,7 @@ def test_on_kill_ends_the_prewarm_compile_and_everything_under_it(
         thread.start()
         try:
             deadline = time.monotonic() + 120
-            while op._proc is None:
-                assert time.monotonic() < deadline and thread.is_alive(), outcome
-                time.sleep(0.05)
-            recorder.watch(op._proc)
+            recorder.watch(started_trainer(op, thread, outcome, deadline))
             time.sleep(3.0)  # inside the trainer's start or its compile
             op.on_kill()
             left = still_running(recorder.starts)

@@ -30,6 +30,7 @@ from .conftest import (
     DictStateStore,
     context,
     execute_in_thread,
+    started_trainer,
     store_events,
     store_summary,
 )
@@ -185,10 +186,7 @@ def test_on_kill_past_its_grace_kills_every_process_of_a_torchrun_job(
         thread.start()
         try:
             deadline = time.monotonic() + 120
-            while op._proc is None:
-                assert time.monotonic() < deadline and thread.is_alive(), outcome
-                time.sleep(0.05)
-            recorder.watch(op._proc)
+            recorder.watch(started_trainer(op, thread, outcome, deadline))
             while not any(isinstance(e, Progress) and e.step_end >= 3
                           for e in store_events("ett_test__kill_tree")):
                 assert time.monotonic() < deadline and thread.is_alive(), outcome
