@@ -30,7 +30,8 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def compute_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.render import render_job
+    from airflow_ett.cli import console
+    from airflow_ett.cli.render import job_view
     from airflow_ett.ett.attribution import attribute
 
     source = args.events
@@ -44,5 +45,8 @@ def compute_command(args: argparse.Namespace) -> int:
         dicts = [r.to_dict(include_timeline=args.timeline) for r in results.values()]
         print_json(dicts[0] if len(dicts) == 1 else dicts, sys.stdout)
     else:
-        print("\n\n".join(render_job(r.summary()) for r in results.values()))
+        terminal = console.is_terminal()
+        views = [job_view(r.summary().to_dict(), terminal=terminal) for r in results.values()]
+        for i, view in enumerate(views):  # one blank line between jobs
+            console.emit(*([console.Text()] if i else []), view)
     return 0

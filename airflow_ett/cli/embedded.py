@@ -83,7 +83,12 @@ def _embedded(args: argparse.Namespace, api_port: int | None) -> EmbeddedAirflow
 
 
 def _progress(message: str) -> None:
-    print(f"airflow-ett: {message}", file=sys.stderr, flush=True)
+    """A step of the harness, on stderr (stdout is the run's report): the same plain line
+    as ever in a log or a pipe, the prefix styled on a terminal."""
+    from airflow_ett.cli import console
+
+    console.line(console.Text.assemble(("airflow-ett:", "bold cyan"), " ", message),
+                 file=sys.stderr, flush=True)
 
 
 def _print_run(result: RunResult, airflow: EmbeddedAirflow) -> None:

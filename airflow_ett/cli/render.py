@@ -1,4 +1,5 @@
-"""Plain-text rendering of one job's ETT breakdown, for the CLI and the demo.
+"""One job's ETT breakdown as a report, for the CLI and the demo (through `console`: plain
+text off a terminal, rich's tables and colours on one).
 
 `render_job` shows a `JobSummary` through its JSON form, the same form `--json` prints,
 so whatever produced the numbers, the text says the same thing. `render_row` shows a row
@@ -15,6 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from rich.console import Group, RenderableType
+
+from airflow_ett.cli.console import Column, Text, indent, render_to_text, table
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.summary import JobSummary
 
@@ -59,24 +63,45 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def render_job(summary: JobSummary, *, top_phases: int = 8) -> str:
-    return render_row(summary.to_dict(), top_phases=top_phases)
+def render_job(summary: JobSummary, *, top_phases: int = 8, terminal: bool = False) -> str:
+    return render_row(summary.to_dict(), top_phases=top_phases, terminal=terminal)
 
 
-def render_row(d: Mapping[str, Any], *, top_phases: int = 8) -> str:
-    """A summary's JSON form, whatever it holds (see the module docstring)."""
+def render_row(d: Mapping[str, Any], *, top_phases: int = 8, terminal: bool = False) -> str:
+    """A summary's JSON form, whatever it holds (see the module docstring), as text:
+    plain unless `terminal` (then with rich's escapes and boxes)."""
+    return render_to_text(job_view(d, top_phases=top_phases, terminal=terminal),
+                          terminal=terminal)
+
+
+def _heading(text: str) -> Text:
+    return Text(text, style="bold cyan")
+
+
+def job_view(d: Mapping[str, Any], *, top_phases: int = 8,
+             terminal: bool = False) -> RenderableType:
+    """The report as rich renderables, for `console.emit` (styled on a terminal).
+
+    The title and Level 1 stay lines of text (each figure next to its label, as scripts
+    and tests grep for them: "ETT% 55.08", "NoF    2"); Level 2 and Level 3 are tables.
+    """
     e2e = d.get("e2e_s")
     title = f"job {d.get('job')}"
     who = " / ".join(str(x) for x in (d.get("tenant"), d.get("model")) if x)
     if who:
         title += f" ({who})"
     flags = "   [provisional: still running]" if d.get("provisional") else ""
-    lines = [f"{title}   ETT% {_num(d.get('ett_pct'), '.2f')}   E2E {_s(e2e)}{flags}", ""]
+    parts: list[RenderableType] = [
+        Text.assemble((title, "bold"), "   ", (f"ETT% {_num(d.get('ett_pct'), '.2f')}",
+                                                "bold green"),
+                      f"   E2E {_s(e2e)}", (flags, "yellow")),
+        Text(),
+    ]
 
     nof = _dict(d.get("nof"))
     causes = ", ".join(f"{k} {v}" for k, v in nof.items() if k != "total" and v)
     rates = _dict(d.get("rates"))
-    lines.append("Level 1")
+    lines: list[str] = []
     tts_note = "" if d.get("started") else "  (no effective step yet)"
     lines.append(f"  TTS    {_s(d.get('tts_s'))}{tts_note}")
     for failure in (_dict(f) for f in _list(d.get("failures"))):
@@ -101,16 +126,14 @@ def render_row(d: Mapping[str, Any], *, top_phases: int = 8) -> str:
     if d.get("model_available_after_release_s") is not None:
         lines.append("  model available "
                      f"{_s(d['model_available_after_release_s'])} after the GPUs were released")
-    lines.append("")
+    parts += [_heading("Level 1"), *(Text(x) for x in lines), Text()]
 
     components = _dict(d.get("components"))
-    lines.append("Level 2")
-    lines.append(f"  {'component':<20}{'time':>12}{'share':>8}")
-    for component in COMPONENTS:
-        value = components.get(component)
-        lines.append(f"  {component:<20}{_s(value):>12}{_pct(value, e2e):>8}")
-    lines.append(f"  {'total':<20}{_s(e2e):>12}")
-    lines.append("")
+    level2 = table(
+        ["component", Column("time", justify="right"), Column("share", justify="right")],
+        [(c, _s(components.get(c)), _pct(components.get(c), e2e).strip()) for c in COMPONENTS],
+        totals=[("total", _s(e2e), "")], terminal=terminal)
+    parts += [_heading("Level 2"), indent(level2), Text()]
 
     def size(item: tuple[str, Any]) -> float:
         number = _finite(item[1])
@@ -118,10 +141,11 @@ def render_row(d: Mapping[str, Any], *, top_phases: int = 8) -> str:
 
     phases = sorted(_dict(d.get("phases")).items(), key=size)[:top_phases]
     phase_components = _dict(d.get("phase_components"))
-    lines.append("Level 3 (largest phases)")
-    for name, value in phases:
-        component = phase_components.get(name, "?")
-        lines.append(f"  {name:<26}{_s(value):>12}{_pct(value, e2e):>8}   {component}")
-    for warning in _list(d.get("warnings")):
-        lines.append(f"note: {warning}")
-    return "\n".join(lines)
+    level3 = table(
+        ["phase", Column("time", justify="right"), Column("share", justify="right"),
+         "component"],
+        [(str(name), _s(value), _pct(value, e2e).strip(), str(phase_components.get(name, "?")))
+         for name, value in phases], terminal=terminal)
+    parts += [_heading("Level 3 (largest phases)"), indent(level3)]
+    parts += [Text(f"note: {warning}", style="yellow") for warning in _list(d.get("warnings"))]
+    return Group(*parts)

@@ -55,18 +55,27 @@ def list_command(args: argparse.Namespace) -> int:
     if not rows:
         print("no runs match")
         return 0
-    width = max(len("job"), *(len(row.job) for row in rows))
-    print(f"{'job':<{width}}  {'tenant':<16} {'model':<16} {'submitted (UTC)':<20} status")
-    for row in rows:
-        submitted = utc_text(row.submitted_ts)
-        print(f"{row.job:<{width}}  {row.tenant or '-':<16} {row.model or '-':<16} "
-              f"{submitted:<20} {row.status}")
+    from airflow_ett.cli import console
+
+    terminal = console.is_terminal()
+    console.emit(console.table(
+        ["job", "tenant", "model", "submitted (UTC)", "status"],
+        [(row.job, row.tenant or "-", row.model or "-", utc_text(row.submitted_ts),
+          console.Text(str(row.status), style=_STATUS_STYLES.get(str(row.status), "")))
+         for row in rows],
+        terminal=terminal))
     return 0
+
+
+# On a terminal, a run's status in the colour a reader looks for (off one: plain words).
+_STATUS_STYLES = {"success": "green", "failed": "bold red", "cancelled": "red",
+                  "running": "yellow"}
 
 
 @store_command
 def show_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.render import render_job, render_row
+    from airflow_ett.cli import console
+    from airflow_ett.cli.render import job_view
     from airflow_ett.ett.summary import JobSummary, SummaryError
     from airflow_ett.store import EttStore, JobNotFound
 
@@ -79,7 +88,8 @@ def show_command(args: argparse.Namespace) -> int:
         print_json(row, sys.stdout)
         return 0
     try:
-        print(render_job(JobSummary.from_dict(row)))
+        shown = JobSummary.from_dict(row).to_dict()
     except SummaryError:  # an older version's row: shown as it is, odd values and all
-        print(render_row(row))
+        shown = row
+    console.emit(job_view(shown, terminal=console.is_terminal()))
     return 0

@@ -394,3 +394,47 @@ def test_compute_imports_neither_sqlalchemy_nor_airflow(tmp_path: Path) -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["codes"] == [0, 1]
     assert result["loaded"] == [], f"`airflow-ett compute` imported {result['loaded']}"
+
+
+# --- output through rich, plain off a terminal (issue 9) -----------------------------------
+
+
+def test_compute_output_is_plain_text_when_not_a_terminal(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["compute", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and out.isascii()
+    lines = out.splitlines()
+    assert all(line == line.rstrip() for line in lines)
+    # The tables' plain form, as the README quotes it.
+    assert "  component               time  share" in lines
+    assert "  effective_training  25.0 min  55.1%" in lines
+    assert "  total               45.4 min" in lines
+    assert "  phase                   time  share  component" in lines
+    assert "  effective_steps     25.0 min  55.1%  effective_training" in lines
+
+
+def test_compute_on_a_terminal_draws_rich_tables(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich's own switch: stdout counts as a terminal
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert main(["compute", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" in out and "╭" in out
+    assert "ETT% 55.08" in out and "NoF    2" in out
+
+
+def test_compute_of_several_jobs_separates_them_by_one_blank_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    log = write_events(tmp_path / "two.jsonl", [*simulate(JobSpec(job="a")),
+                                                *simulate(JobSpec(job="b"))])
+    assert main(["compute", str(log)]) == 0
+    out = capsys.readouterr().out
+    first, second = out.split("\n\njob b ")
+    assert first.startswith("job a ") and "\n\n\n" not in out
+    assert second.splitlines()[-1].startswith("  ")  # ends in its Level 3 table
