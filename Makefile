@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup test demo ui lint constraints
+.PHONY: help setup test demo ui lint constraints mutation
 
 help:
 	@echo "make setup        create/refresh .venv from constraints.txt (idempotent)"
@@ -12,6 +12,7 @@ help:
 	@echo "make ui           setup, then start the embedded Airflow UI with the plugin (Ctrl-C stops it)"
 	@echo "make lint         setup, then ruff check and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml into constraints.txt"
+	@echo "make mutation     setup, then mutation-test airflow_ett/ett/ with mutmut (not in CI; ~15 min)"
 
 setup:
 	@bash scripts/setup.sh
@@ -31,3 +32,6 @@ lint: setup
 
 constraints:
 	@bash scripts/update-constraints.sh
+
+mutation: setup
+	@bash scripts/mutation.sh
