@@ -43,6 +43,9 @@ MAX_DURATION_S: Final = TS_MAX - TS_MIN
 """No duration (checkpoint seconds) can exceed the whole window times may lie in."""
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
+#: The most GPUs (trainer processes) one job may report: a bound, so a typo cannot turn one
+#: job into most of the fleet's GPU-hours.
+MAX_WORLD_SIZE: Final = 1 << 20
 
 Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 """An integer both backends (SQLite INTEGER, PostgreSQL BIGINT) and JSON readers hold."""
@@ -83,6 +86,7 @@ class JobSubmitted(_Base, tag="job_submitted", frozen=True):
     dag_id: str | None = None
     run_id: str | None = None
     attrs: dict[str, Any] = {}
+    world_size: int = 1  # GPUs (trainer processes) the job holds: its GPU-hours weigh by it
 
     FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"attrs"})
 
@@ -290,15 +294,22 @@ def check_string(field: str, value: str, *, free_text: bool = False) -> str:
     return value
 
 
-def _escape_nested(value: Any) -> Any:
+#: The deepest nesting a free-form value (`attrs`) may have: far beyond any real use, and
+#: far below what would exhaust the interpreter's stack while it is checked or stored.
+MAX_NESTING: Final = 64
+
+
+def _escape_nested(value: Any, field: str, depth: int = 0) -> Any:
     """`escape_text` on every string inside a JSON value, dictionary keys included."""
     if isinstance(value, str):
         return escape_text(value)
+    if isinstance(value, dict | list | tuple) and depth >= MAX_NESTING:
+        raise EventError(f"nested deeper than {MAX_NESTING} levels", field=field)
     if isinstance(value, dict):
-        return {escape_text(k) if isinstance(k, str) else k: _escape_nested(v)
+        return {escape_text(k) if isinstance(k, str) else k: _escape_nested(v, field, depth + 1)
                 for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_escape_nested(v) for v in value]
+        return [_escape_nested(v, field, depth + 1) for v in value]
     return value
 
 
@@ -341,10 +352,9 @@ def _to_seconds(field: str, value: Any) -> Any:
         if parsed.tzinfo is None:
             raise EventError("ISO-8601 time needs a zone (e.g. 'Z' or '+00:00')",
                              field=field, value=value)
-        try:
-            return parsed.timestamp()
-        except (OverflowError, ValueError):
-            raise EventError("time out of range", field=field, value=value) from None
+        # Cannot fail: an aware datetime's timestamp is a timedelta subtraction (no
+        # mktime), exact for every year 1..9999 and offset; check_time judges the range.
+        return parsed.timestamp()
     return value
 
 
@@ -355,18 +365,6 @@ def _field_of(message: str) -> str | None:
     if start < 0:
         return None
     return message[start + len(marker):].rstrip("`")
-
-
-def _lookup(obj: dict[str, Any], path: str) -> Any:
-    cur: Any = obj
-    for part in path.replace("[", ".").replace("]", "").split("."):
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-            cur = cur[int(part)]
-        else:
-            return MISSING
-    return cur
 
 
 def _event_class(obj: Any) -> type[Any]:
@@ -388,13 +386,15 @@ def _event_class(obj: Any) -> type[Any]:
 def _checked_fields(cls: type[_Base], obj: dict[str, Any]) -> dict[str, Any]:
     """The type's own fields, strings checked (free text escaped) and times made seconds."""
     # Only the fields of the type: unknown ones are ignored anyway, so they are not checked.
-    fields = {name: obj[name] for name in ("type", *cls.__struct_fields__) if name in obj}
+    # `type` is not among them: _event_class has checked it, and msgspec.convert to one
+    # class needs no tag.
+    fields = {name: obj[name] for name in cls.__struct_fields__ if name in obj}
     free = cls.FREE_TEXT_FIELDS
     for name, value in fields.items():
         if isinstance(value, str):
             fields[name] = check_string(name, value, free_text=name in free)
         elif name in free and isinstance(value, dict | list):
-            fields[name] = _escape_nested(value)
+            fields[name] = _escape_nested(value, name)
     for name in cls.TIME_FIELDS:
         raw = fields.get(name)
         if raw is not None:
@@ -422,14 +422,15 @@ def _convert(fields: dict[str, Any], cls: type[Any], obj: dict[str, Any]) -> Eve
         msg = str(exc)
         field = _field_of(msg)
         if field is None and msg.startswith("Object missing required field"):
-            field = msg.split("`")[1] if "`" in msg else None
+            field = msg.split("`")[1]  # "Object missing required field `name`"
             raise EventError("required field is missing", field=field) from None
         text = msg.split(" - at ")[0]
         if text.startswith(("Expected `int` <=", "Expected `int` >=")):
             text = (f"integer out of range: must fit 64 bits signed "
                     f"[{INT64_MIN}, {INT64_MAX}]")
-        raise EventError(text, field=field,
-                         value=_lookup(obj, field) if field else MISSING) from None
+        # The field is a top-level key of `fields`, so of `obj` (the value as sent): no type
+        # of this format has a field whose parts msgspec checks (attrs' values are Any).
+        raise EventError(text, field=field, value=obj[field] if field else MISSING) from None
     return event
 
 
@@ -447,10 +448,7 @@ def _check_semantics(e: Event) -> None:
         raise EventError("must not be empty", field="id", value=e.id)
     if not e.job:
         raise EventError("must not be empty", field="job", value=e.job)
-    for name in e.TIME_FIELDS:
-        value = getattr(e, name)
-        if value is not None and not math.isfinite(value):
-            raise EventError("time must be finite", field=name, value=value)
+    # Times need no check here: every one sent went through check_time (_checked_fields).
     if isinstance(e, Progress):
         _check_progress(e)
     elif isinstance(e, CheckpointSaved):
@@ -459,6 +457,9 @@ def _check_semantics(e: Event) -> None:
         _check_attempt_ended(e)
     elif isinstance(e, PhaseStarted | PhaseEnded):
         _check_phase(e)
+    elif isinstance(e, JobSubmitted) and not 1 <= e.world_size <= MAX_WORLD_SIZE:
+        raise EventError(f"must be a GPU count in [1, {MAX_WORLD_SIZE}]", field="world_size",
+                         value=e.world_size)
 
 
 def _check_progress(e: Progress) -> None:
@@ -520,9 +521,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     fields: dict[str, Any] = msgspec.to_builtins(event)
     head = {"type": fields.pop("type"), "v": event.v, "id": event.id, "job": event.job,
             "ts": event.ts}
-    for name in ("v", "id", "job", "ts"):
-        fields.pop(name, None)
-    return head | fields
+    return head | fields  # a key of both keeps head's place (and has the same value)
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -36,6 +36,12 @@ class InjectedFailure:
     shutdown_s: float = 1.0  # noticed -> failed attempt gone
     reschedule_s: float = 5.0  # gone -> next attempt starts
 
+    def __post_init__(self) -> None:
+        # Step 0 never completes, so a failure there would never fire, and (the failures
+        # being taken in step order) would keep every later one from firing either.
+        if self.at_step < 1:
+            raise ValueError(f"at_step: {self.at_step!r} is not a step >= 1")
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
@@ -66,6 +72,14 @@ class JobSpec:
     failures: tuple[InjectedFailure, ...] = ()
     running_until_step: int | None = None  # stop emitting here: the job is still running
     extra: dict[str, str] = field(default_factory=dict)
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("steps", 1), ("progress_every", 1), ("checkpoint_every", 0),
+                              ("batch", 1), ("world_size", 1)):
+            value = getattr(self, name)
+            if value < minimum:  # progress_every=0 would emit empty progress forever
+                raise ValueError(f"{name}: {value!r} must be >= {minimum}")
 
 
 def simulate(spec: JobSpec) -> list[Event]:
@@ -84,7 +98,7 @@ def iter_simulate(spec: JobSpec) -> Iterator[Event]:
     t = spec.submit_ts
     yield JobSubmitted(id=next_id(), job=job, ts=t, tenant=spec.tenant, model=spec.model,
                        dag_id=spec.dag_id, run_id=spec.run_id or f"manual__{job}",
-                       attrs=dict(spec.extra))
+                       attrs=dict(spec.extra), world_size=spec.world_size)
     t += spec.queue_s
     pending = sorted(spec.failures, key=lambda f: f.at_step)
     saved_step = 0

@@ -108,6 +108,26 @@ def test_custom_phase_with_declared_component_and_unknown_fields() -> None:
     assert "my_extra" not in event_to_dict(e)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"ts": 1795856001, "status": "failed", "job": "j", "id": "e", "type": "job_ended"}',
+         {"type": "job_ended", "v": 1, "id": "e", "job": "j", "ts": 1795856001.0,
+          "status": "failed"}),
+        ('{"attempt": "1", "id": "a", "type": "attempt_started", "v": 1, "job": "j", '
+         '"ts": 1795856001.5, "host": null}',
+         {"type": "attempt_started", "v": 1, "id": "a", "job": "j", "ts": 1795856001.5,
+          "attempt": "1"}),
+    ],
+)
+def test_the_json_form_leads_with_the_common_fields_once(
+        text: str, expected: dict[str, object]) -> None:
+    """`type, v, id, job, ts` first in every line written (so a reader or a human sees what
+    an event is at a glance), each once, then the type's own fields, nulls left out."""
+    written = event_to_dict(parse_line(text))
+    assert list(written.items()) == list(expected.items())
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from([*list(GOOD), "extra"]),
                        st.one_of(st.none(), st.integers(), st.text(max_size=5),
