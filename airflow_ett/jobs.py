@@ -19,6 +19,8 @@ ETT_TAG: Final = "ett"
 """A DAG carrying this tag is recorded by the listeners (the lifecycle factory adds it)."""
 TENANT_TAG: Final = "ett:tenant="
 MODEL_TAG: Final = "ett:model="
+GPUS_TAG: Final = "ett:gpus="
+"""The job's world size (GPUs, one per trainer process): what its GPU-hours weigh by."""
 
 
 def job_id_for(dag_id: str, run_id: str) -> str:
@@ -39,19 +41,29 @@ class DagRecording:
     recorded: bool
     tenant: str = "default"
     model: str = ""
+    gpus: int = 1
 
 
 def recording_of(tags: Iterable[str] | None) -> DagRecording:
     tag_set = set(tags or ())
-    tenant, model = "default", ""
+    tenant, model, gpus = "default", "", 1
     for tag in tag_set:
         if tag.startswith(TENANT_TAG):
             tenant = tag[len(TENANT_TAG):] or tenant
         elif tag.startswith(MODEL_TAG):
             model = tag[len(MODEL_TAG):]
-    return DagRecording(ETT_TAG in tag_set, tenant, model)
+        elif tag.startswith(GPUS_TAG):
+            gpus = _gpus(tag[len(GPUS_TAG):])
+    return DagRecording(ETT_TAG in tag_set, tenant, model, gpus)
 
 
-def tags_for(tenant: str, model: str, *, record: bool = True) -> list[str]:
-    tags = [f"{TENANT_TAG}{tenant}", f"{MODEL_TAG}{model}"]
+def _gpus(text: str) -> int:
+    """A tag's GPU count; 1 for one that is not a positive integer. The factory writes the
+    tag from its checked `nproc`, so only a hand-made tag can be odd, and a listener must
+    never fail the DAG run it observes (the submission event then says world size 1)."""
+    return int(text) if text.isdigit() and 0 < int(text) <= 1 << 20 else 1
+
+
+def tags_for(tenant: str, model: str, *, record: bool = True, gpus: int = 1) -> list[str]:
+    tags = [f"{TENANT_TAG}{tenant}", f"{MODEL_TAG}{model}", f"{GPUS_TAG}{gpus}"]
     return [ETT_TAG, *tags] if record else tags

@@ -16,6 +16,13 @@ CONFIG_DEFAULTS: Final[dict[str, str]] = {
     "spool_dir": "{AIRFLOW_HOME}/ett_spool",
     "emit_timeout": "2.0",
     "work_dir": "{AIRFLOW_HOME}/ett_work",
+    "rollup_timezone": "UTC",
+    "components_file": "",
+    "rollup_recompute_days": "2",
+    "rollup_catchup_days": "30",
+    "report_dir": "{AIRFLOW_HOME}/ett_reports",
+    "whatif_cut_pct": "50",
+    "whatif_start_s": "60",
 }
 
 _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
@@ -44,6 +51,39 @@ _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
         "checkpoints), the shared compile cache and published models. On a fleet, a path "
         "every worker mounts (the train task's retry restores from its checkpoints).",
         "string",
+    ),
+    "rollup_timezone": (
+        "The time zone (an IANA name) whose calendar days the nightly rollup and the "
+        "reports count in; a job across midnight is split at this zone's midnight.",
+        "string",
+    ),
+    "components_file": (
+        "A TOML file naming each Level-2 component's owning team and SLO (see the bundled "
+        "airflow_ett/rollup/components.toml); empty for the bundled default.",
+        "string",
+    ),
+    "rollup_recompute_days": (
+        "Each nightly rollup recomputes this many days, ending with the day it is for, so "
+        "that events arriving late correct the days they belong to.",
+        "integer",
+    ),
+    "rollup_catchup_days": (
+        "The most missed days the nightly rollup DAG catches up on after a pause.",
+        "integer",
+    ),
+    "report_dir": (
+        "Where the nightly rollup writes each day's report files (<report_dir>/<date>/).",
+        "string",
+    ),
+    "whatif_cut_pct": (
+        "The what-if of the reports: the fleet ETT% if a component were cut by this many "
+        "percent.",
+        "float",
+    ),
+    "whatif_start_s": (
+        "The what-if of the reports: the fleet ETT% if every start (repeated by every "
+        "recovery) were this many seconds faster.",
+        "float",
     ),
 }
 

@@ -100,3 +100,62 @@ class EttSettings:
             emit_timeout=_parse_positive_float("emit_timeout", raw_setting("emit_timeout")),
             work_dir=Path(raw_setting("work_dir")).expanduser(),
         )
+
+
+def _parse_int(key: str, value: str, *, minimum: int) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise SettingsError(f"[ett] {key} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise SettingsError(f"[ett] {key} must be >= {minimum}, got {value!r}")
+    return number
+
+
+def _parse_float_in(key: str, value: str, lo: float, hi: float) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"[ett] {key} must be a number, got {value!r}") from None
+    if not lo <= number <= hi:
+        raise SettingsError(f"[ett] {key} must be in [{lo:g}, {hi:g}], got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class RollupSettings:
+    """The fleet rollup's settings, loaded apart from `EttSettings` so that a bad value here
+    is reported by the rollup and the reports, never by a listener in a training run."""
+
+    timezone: str
+    components_file: Path | None
+    recompute_days: int
+    catchup_days: int
+    report_dir: Path
+    whatif_cut_pct: float
+    whatif_start_s: float
+
+    @classmethod
+    def load(cls) -> RollupSettings:
+        from airflow_ett.rollup.calendar import CalendarError, check_tz
+
+        tz = raw_setting("rollup_timezone").strip()
+        try:
+            check_tz(tz)
+        except CalendarError:
+            raise SettingsError(f"[ett] rollup_timezone must be an IANA time zone name such "
+                                f"as 'UTC' or 'Europe/Berlin', got {tz!r}") from None
+        components = raw_setting("components_file").strip()
+        return cls(
+            timezone=tz,
+            components_file=_expand_path(components) if components else None,
+            recompute_days=_parse_int("rollup_recompute_days",
+                                      raw_setting("rollup_recompute_days"), minimum=1),
+            catchup_days=_parse_int("rollup_catchup_days", raw_setting("rollup_catchup_days"),
+                                    minimum=1),
+            report_dir=_expand_path(raw_setting("report_dir")),
+            whatif_cut_pct=_parse_float_in("whatif_cut_pct", raw_setting("whatif_cut_pct"),
+                                           0, 100),
+            whatif_start_s=_parse_float_in("whatif_start_s", raw_setting("whatif_start_s"),
+                                           0, 86400),
+        )

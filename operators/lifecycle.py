@@ -209,7 +209,8 @@ def training_job(
             out["pool"] = pool_of[role]
         return out
 
-    dag_tags = [*tags_for(tenant, _model_tag(model), record=record), *dag_tags_own]
+    dag_tags = [*tags_for(tenant, _model_tag(model), record=record, gpus=nproc),
+                *dag_tags_own]
     with DAG(dag_id, schedule=schedule, start_date=start_date, params=params, tags=dag_tags,
              **dag_kwargs) as dag:
         train = TorchRecTrainOperator(

@@ -54,6 +54,9 @@ BANNED = [
     ("trainer/_probe.py", "import airflow  # noqa: F401", "airflow"),
     ("trainer/_probe.py", "from airflow.models import Variable  # noqa: F401", "airflow"),
     ("airflow_ett/store/_probe.py", "import airflow  # noqa: F401", "airflow"),
+    ("airflow_ett/rollup/_probe.py", "import airflow  # noqa: F401", "airflow"),
+    ("airflow_ett/rollup/_probe.py", "import sqlalchemy  # noqa: F401", "sqlalchemy"),
+    ("airflow_ett/rollup/_probe.py", "import torch  # noqa: F401", "torch"),
     ("airflow_ett/emit/_probe.py", "import airflow  # noqa: F401", "airflow"),
 ]
 
@@ -73,6 +76,7 @@ ALLOWED = [
     ("airflow_ett/ett/_probe.py", "import airflow_ett.ett.events  # noqa: F401"),
     ("trainer/_probe.py", "import torch  # noqa: F401"),
     ("airflow_ett/store/_probe.py", "import sqlalchemy  # noqa: F401"),
+    ("airflow_ett/rollup/_probe.py", "import pendulum  # noqa: F401"),
     ("airflow_ett/emit/_probe.py", "import airflow_ett.store  # noqa: F401"),
     # Not guarded: the Airflow glue may import Airflow.
     ("airflow_ett/plugin/_probe.py", "import airflow  # noqa: F401"),
@@ -89,7 +93,7 @@ def test_nested_configs_keep_the_root_settings() -> None:
     line would pass and the complexity gate would be off."""
     long_line = "X = " + repr("x" * 100) + "\n"
     for directory in ("airflow_ett/ett", "trainer", "airflow_ett/store", "airflow_ett/emit",
-                      "airflow_ett/cli"):
+                      "airflow_ett/cli", "airflow_ett/rollup"):
         codes = [code for code, _ in _codes(f"{directory}/_probe.py", long_line)]
         assert codes == ["E501"], (directory, codes)
 

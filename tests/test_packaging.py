@@ -127,7 +127,9 @@ def test_installed_metadata_declares_the_provider() -> None:
     assert info["package-name"] == "airflow-ett"
     assert info["versions"][0] == metadata.version("airflow-ett")
     assert set(info["config"]["ett"]["options"]) == {
-        "store_url", "disabled", "spool_dir", "emit_timeout", "work_dir"
+        "store_url", "disabled", "spool_dir", "emit_timeout", "work_dir", "rollup_timezone",
+        "components_file", "rollup_recompute_days", "rollup_catchup_days", "report_dir",
+        "whatif_cut_pct", "whatif_start_s"
     }
 
 

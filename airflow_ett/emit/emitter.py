@@ -193,9 +193,11 @@ class Emitter:
 
     def job_submitted(self, *, tenant: str = "default", model: str = "",
                       dag_id: str | None = None, run_id: str | None = None,
-                      attrs: Mapping[str, Any] | None = None, ts: float | None = None) -> None:
+                      attrs: Mapping[str, Any] | None = None, world_size: int = 1,
+                      ts: float | None = None) -> None:
         self._record(JobSubmitted, ts, per_attempt=False, tenant=tenant, model=model,
-                     dag_id=dag_id, run_id=run_id, attrs=dict(attrs) if attrs else {})
+                     dag_id=dag_id, run_id=run_id, attrs=dict(attrs) if attrs else {},
+                     world_size=world_size)
 
     def attempt_started(self, *, host: str | None = None, ts: float | None = None) -> None:
         self._record(AttemptStarted, ts, per_attempt=True,

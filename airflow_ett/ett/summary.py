@@ -119,6 +119,8 @@ class JobSummary(_Part, frozen=True):
     checkpoints: CheckpointTotals
     model_available_after_release_s: float | None
     warnings: list[str]
+    world_size: int = 1
+    synthetic: bool = False
     version: int = FIRST_VERSION
 
     @property
@@ -176,6 +178,8 @@ class JobSummary(_Part, frozen=True):
                 else to_s(result.model_available_after_release_us)
             ),
             warnings=list(result.warnings),
+            world_size=result.world_size,
+            synthetic=result.synthetic,
             version=SUMMARY_VERSION,
         )
 

@@ -291,7 +291,7 @@ class EttListener:
             attrs["conf"] = _redact({str(k): v for k, v in conf.items()})
         self._emitter().bind(job_id_for(dag_id, run_id)).job_submitted(
             tenant=recording.tenant, model=recording.model, dag_id=dag_id, run_id=run_id,
-            attrs=attrs, ts=queued)
+            attrs=attrs, world_size=recording.gpus, ts=queued)
 
     @hookimpl
     @_guarded

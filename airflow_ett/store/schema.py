@@ -90,4 +90,58 @@ summaries = sa.Table(
     sa.Column("payload", sa.Text(), nullable=False),
 )
 
-TABLES: Final = (events, jobs, summaries)
+# The nightly rollup's rows (migration 0002). One day is replaced whole when it is rolled
+# up again; the day is its ISO date in the rollup's time zone (`tz` says which). Headline
+# figures are columns so that the pages can query trends and worst runs; the rest is the
+# JSON form of the rollup (`payload`), the one a report renders.
+daily_days = sa.Table(
+    "ett_daily_days",
+    metadata,
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("tz", sa.String(), nullable=False),
+    sa.Column("lo", sa.Double(), nullable=False),
+    sa.Column("hi", sa.Double(), nullable=False),
+    sa.Column("computed_at", sa.Double(), nullable=False),
+    sa.Column("provisional", sa.Boolean(), nullable=False),
+    sa.Column("jobs", sa.Integer(), nullable=False),
+    sa.Column("ett_pct", sa.Double(), nullable=False),
+    sa.Column("gpu_hours", sa.Double(), nullable=False),
+    sa.Column("gpu_hours_lost", sa.Double(), nullable=False),
+    sa.Column("payload", sa.Text(), nullable=False),
+)
+
+daily_groups = sa.Table(
+    "ett_daily_groups",
+    metadata,
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("scope", sa.String(16), primary_key=True),  # tenant | model | team
+    sa.Column("key", sa.String(), primary_key=True),
+    sa.Column("jobs", sa.Integer(), nullable=False),
+    sa.Column("ett_pct", sa.Double(), nullable=True),  # None for a team (it owns components)
+    sa.Column("gpu_hours", sa.Double(), nullable=True),
+    sa.Column("gpu_hours_lost", sa.Double(), nullable=False),
+    sa.Column("payload", sa.Text(), nullable=False),
+)
+
+daily_jobs = sa.Table(
+    "ett_daily_jobs",
+    metadata,
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("job", sa.String(), primary_key=True),
+    sa.Column("tenant", sa.String(), nullable=False),
+    sa.Column("model", sa.String(), nullable=False),
+    sa.Column("dag_id", sa.String(), nullable=True),
+    sa.Column("run_id", sa.String(), nullable=True),
+    sa.Column("gpus", sa.Integer(), nullable=False),
+    sa.Column("provisional", sa.Boolean(), nullable=False),
+    sa.Column("synthetic", sa.Boolean(), nullable=False),
+    sa.Column("e2e_s", sa.Double(), nullable=False),
+    sa.Column("effective_s", sa.Double(), nullable=False),
+    sa.Column("gpu_hours", sa.Double(), nullable=False),
+    sa.Column("gpu_hours_lost", sa.Double(), nullable=False),
+    sa.Column("payload", sa.Text(), nullable=False),
+    sa.Index("ix_ett_daily_jobs_job", "job"),
+    sa.Index("ix_ett_daily_jobs_day_gpu_hours_lost", "day", "gpu_hours_lost"),
+)
+
+TABLES: Final = (events, jobs, summaries, daily_days, daily_groups, daily_jobs)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -53,6 +53,9 @@ from airflow_ett.store.errors import (
     translate,
 )
 from airflow_ett.store.schema import RUNNING, events, jobs, summaries
+
+if TYPE_CHECKING:
+    from airflow_ett.store.daily import DailyRollups
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +218,13 @@ class EttStore:
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def daily(self) -> DailyRollups:
+        """The nightly rollup's rows (`store/daily.py`)."""
+        from airflow_ett.store.daily import DailyRollups
+
+        return DailyRollups(self)
 
     def close(self) -> None:
         self._engine.dispose()

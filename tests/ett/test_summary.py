@@ -4,6 +4,7 @@ JSON always had, survives a round trip, and refuses what it cannot read by name.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -20,7 +21,7 @@ from airflow_ett.ett.summary import (
     SummaryError,
 )
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
-from tests.ett.test_properties import soups, specs
+from tests.ett.strategies import soups, specs
 
 # The keys of `JobAttribution.to_dict()` before `JobSummary` existed, in their order: the
 # JSON of `compute --json`, `runs show --json` and the store's cache. A field may be added
@@ -30,7 +31,7 @@ TOP_KEYS = [
     "ended_at", "ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "ttr_from_detection_s",
     "nof", "in_loop_waste_s", "shutdown_s", "csbt_s", "components", "phases", "phases_raw",
     "phase_components", "tts_phases", "failures", "attempts", "rates", "checkpoints",
-    "model_available_after_release_s", "warnings",
+    "model_available_after_release_s", "warnings", "world_size", "synthetic",
 ]
 FAILURE_KEYS = ["attempt", "cause", "at", "during_tts", "ttr_s", "detection_s",
                 "ttr_from_detection_s", "stages", "phases"]
@@ -156,3 +157,53 @@ def test_compact_form_for_the_manifest() -> None:
     assert tuple(compact) == COMPACT_KEYS
     assert compact == {k: s.to_dict()[k] for k in COMPACT_KEYS}
     msgspec.json.encode(compact)  # plain JSON values
+
+
+def test_the_summary_carries_the_run_and_each_failures_detection_ttr() -> None:
+    r = attribute_job(simulate(replace(RICH, dag_id="ranking_v7", run_id="scheduled__x")))
+    s = r.summary()
+    assert (s.dag_id, s.run_id) == ("ranking_v7", "scheduled__x")
+    assert [f.ttr_from_detection_s for f in s.failures] == [
+        f.ttr_from_detection_s for f in r.failures]
+    assert any(f.ttr_from_detection_s is not None for f in s.failures)
+
+
+def _refusal(data: object) -> str:
+    with pytest.raises(SummaryError) as err:
+        JobSummary.from_dict(data)
+    return str(err.value)
+
+
+def _rich_dict(**changes: Any) -> dict[str, Any]:
+    return {**_rich().summary().to_dict(), **changes}
+
+
+def test_what_is_not_an_object_is_named() -> None:
+    assert _refusal([1]) == "a job summary is a JSON object, got [1]"
+    with pytest.raises(SummaryError) as err:
+        JobSummary.from_json(b"{")
+    assert str(err.value) == "job summary is not JSON: Input data was truncated"
+
+
+# A value is quoted whole up to 80 characters of repr; a longer one is cut to 80 with "...".
+_80 = "x" * 78  # repr: 80 characters
+_81 = "x" * 79
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (_rich_dict(version=_80),
+     f"job summary field 'version': '{_80}' is not a version this code reads (1..1)"),
+    (_rich_dict(version=_81),
+     f"job summary field 'version': '{_81[:76]}... is not a version this code reads (1..1)"),
+    # the job is named; a field missing from the top level has no path, hence no value
+    ({k: v for k, v in _rich_dict().items() if k != "rates"},
+     "job summary of 'job-1': Object missing required field `rates`"),
+    (_rich_dict(job="j" * 100, ett_pct=None),
+     f"job summary of '{'j' * 76}...: Expected `float`, got `null` - at `$.ett_pct`; "
+     "value None"),
+    # the value is found through lists as well as objects
+    (_rich_dict(warnings=["", 5]),
+     "job summary of 'job-1': Expected `str`, got `int` - at `$.warnings[1]`; value 5"),
+])
+def test_a_refusal_names_the_job_the_field_and_the_value(data: object, message: str) -> None:
+    assert _refusal(data) == message

@@ -40,7 +40,7 @@ def test_lifecycle_is_prewarm_then_train_then_publish() -> None:
     assert train.pool == "gpus" and train.retries == 3 and train.restarts == 2
     assert train.retry_delay == timedelta(seconds=7)
     assert not train.publish_in_task
-    assert set(dag.tags) == {"ett", "ett:tenant=ads", "ett:model=dlrm_tiny"}
+    assert set(dag.tags) == {"ett", "ett:tenant=ads", "ett:model=dlrm_tiny", "ett:gpus=1"}
     assert set(dag.params) == {"steps", "inject_fault", "fault_at_step", "fault_attempt"}
     # a preemption retries at once; anything else waits the retry delay
     decision = train.retry_policy.evaluate(TrainerPreempted("x"), 1, 3)

@@ -84,7 +84,8 @@ def _truncate(url: str) -> None:
     store = EttStore(url)
     try:
         with store.engine.begin() as conn:
-            conn.exec_driver_sql("TRUNCATE ett_events, ett_jobs, ett_summaries")
+            conn.exec_driver_sql("TRUNCATE ett_events, ett_jobs, ett_summaries, ett_daily_days, "
+                                  "ett_daily_groups, ett_daily_jobs")
     finally:
         store.close()
 

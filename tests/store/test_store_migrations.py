@@ -31,11 +31,24 @@ def test_upgrade_creates_schema_and_is_idempotent(
     assert current(fresh_url) is None
     upgrade(fresh_url)
     assert current(fresh_url) == head()
-    assert _tables(fresh_url) == {"ett_events", "ett_jobs", "ett_summaries", VERSION_TABLE}
+    assert _tables(fresh_url) == {"ett_events", "ett_jobs", "ett_summaries", "ett_daily_days",
+                                  "ett_daily_groups", "ett_daily_jobs", VERSION_TABLE}
     upgrade(fresh_url)
     assert current(fresh_url) == head()
     with EttStore(fresh_url) as store:
         assert store.insert_events(job_events("j")) == len(job_events("j"))
+
+
+def test_upgrading_a_0001_store_keeps_its_events(fresh_url: str) -> None:
+    upgrade(fresh_url, "0001")
+    with EttStore(fresh_url) as store:
+        store.insert_events(job_events("j"))
+    assert "ett_daily_days" not in _tables(fresh_url)
+    upgrade(fresh_url)
+    assert current(fresh_url) == head() == "0002"
+    with EttStore(fresh_url) as store:
+        assert store.count_events("j") == len(job_events("j"))
+        assert store.daily.days() == []
 
 
 def test_migrated_schema_matches_the_models(store_url: str) -> None:

@@ -57,6 +57,8 @@ def assemble(job: str, *, collected: Collected, window: JobWindow,
         checkpoint_total_us=sum(to_us(c.total_s) for c in checkpoints),
         checkpoint_bytes=sum(c.bytes for c in checkpoints),
         model_available_after_release_us=pub_after,
+        world_size=meta.world_size if meta else 1,
+        synthetic=bool(meta and meta.attrs.get("synthetic") is True),
         warnings=tuple(warnings),
         timeline=timeline,
     )

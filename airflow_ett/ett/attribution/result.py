@@ -76,6 +76,8 @@ class JobAttribution:
     model_available_after_release_us: int | None
     warnings: tuple[str, ...]
     timeline: Timeline
+    world_size: int = 1  # GPUs, from the submission: the weight of its GPU-hours
+    synthetic: bool = False  # the submission's attrs say {"synthetic": true}
 
     @property
     def effective_us(self) -> int:

@@ -1,0 +1,131 @@
+"""The components file: which team owns each Level-2 component, and its service level.
+
+An SLO is a bound on the component's share of the fleet's E2E wall time for a day:
+`max_share_pct` for the five kinds of lost time ("initialization under 1%"), or
+`min_share_pct` for effective training (the fleet ETT% target). The file is TOML, read
+once per rollup, and checked whole on load: an error names the file, the component, the
+field and the value, so a typo never turns into a silently missing owner or SLO.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from airflow_ett.ett.phases import COMPONENTS
+
+UNOWNED: Final = "unowned"
+SloStatus = Literal["ok", "breach", "none"]
+_FIELDS: Final = frozenset({"owner", "max_share_pct", "min_share_pct"})
+
+
+class ComponentsError(ValueError):
+    """A components file that cannot be used; the message names where and what."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentPolicy:
+    component: str
+    owner: str
+    max_share_pct: float | None = None
+    min_share_pct: float | None = None
+
+    @property
+    def target(self) -> str:
+        """The SLO as a reader sees it: `<1%`, `>=90%`, or `-` when there is none."""
+        if self.max_share_pct is not None:
+            return f"<{self.max_share_pct:g}%"
+        if self.min_share_pct is not None:
+            return f">={self.min_share_pct:g}%"
+        return "-"
+
+    def status(self, share_pct: float) -> SloStatus:
+        """`breach` when the day's share misses the SLO, `ok` when it meets it."""
+        if self.max_share_pct is not None:
+            return "ok" if share_pct < self.max_share_pct else "breach"
+        if self.min_share_pct is not None:
+            return "ok" if share_pct >= self.min_share_pct else "breach"
+        return "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentsConfig:
+    """One policy per component, in report order; `source` is the file it came from."""
+
+    policies: dict[str, ComponentPolicy]
+    source: str
+
+    def owner(self, component: str) -> str:
+        return self.policies[component].owner
+
+    def teams(self) -> dict[str, tuple[str, ...]]:
+        """Each owning team and the components it owns, in report order."""
+        out: dict[str, list[str]] = {}
+        for component in COMPONENTS:
+            out.setdefault(self.owner(component), []).append(component)
+        return {team: tuple(owned) for team, owned in out.items()}
+
+
+def default_components_file() -> Path:
+    return Path(str(resources.files("airflow_ett.rollup") / "components.toml"))
+
+
+def load_components(path: str | Path | None = None) -> ComponentsConfig:
+    """The components file at `path` (the bundled default when None or empty)."""
+    file = Path(path).expanduser() if path else default_components_file()
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ComponentsError(f"components file {file}: not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ComponentsError(f"components file {file}: cannot be read: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ComponentsError(f"components file {file}: not valid TOML: {exc}") from exc
+    return parse_components(raw, source=str(file))
+
+
+def parse_components(raw: dict[str, Any], *, source: str) -> ComponentsConfig:
+    extra = sorted(set(raw) - {"components"})
+    if extra:
+        raise ComponentsError(f"components file {source}: unknown top-level key {extra[0]!r} "
+                              "(only [components.<name>] tables)")
+    table = raw.get("components", {})
+    if not isinstance(table, dict):
+        raise ComponentsError(f"components file {source}: 'components' must be a table, got "
+                              f"{table!r}")
+    for name in table:
+        if name not in COMPONENTS:
+            raise ComponentsError(f"components file {source}: component {name!r}: unknown "
+                                  f"component (known: {', '.join(COMPONENTS)})")
+    policies = {c: _policy(c, table.get(c, {}), source) for c in COMPONENTS}
+    return ComponentsConfig(policies=policies, source=source)
+
+
+def _policy(component: str, entry: object, source: str) -> ComponentPolicy:
+    where = f"components file {source}: component {component!r}"
+    if not isinstance(entry, dict):
+        raise ComponentsError(f"{where}: must be a table, got {entry!r}")
+    for key in entry:
+        if key not in _FIELDS:
+            raise ComponentsError(f"{where}, field {key!r}: unknown field (known: "
+                                  f"{', '.join(sorted(_FIELDS))})")
+    owner = entry.get("owner", UNOWNED)
+    if not isinstance(owner, str) or not owner.strip():
+        raise ComponentsError(f"{where}, field 'owner': {owner!r} is not a team name")
+    bounds = {key: _share(where, key, entry[key])
+              for key in ("max_share_pct", "min_share_pct") if key in entry}
+    if len(bounds) == 2:
+        raise ComponentsError(f"{where}: give max_share_pct or min_share_pct, not both")
+    return ComponentPolicy(component=component, owner=owner.strip(), **bounds)
+
+
+def _share(where: str, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= 100:
+        raise ComponentsError(f"{where}, field {key!r}: {value!r} is not a share in [0, 100] "
+                              "(percent)")
+    return float(value)

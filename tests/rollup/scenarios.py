@@ -1,0 +1,71 @@
+"""Hand-made jobs for the rollup tests (store and pure), with their figures worked out on
+paper in tests/rollup/test_day.py.
+
+Day D is 2026-11-28 in UTC, `[LO, LO + 86400)`. Job A (tenant t1, 2 GPUs) runs across
+midnight into D; job B (tenant t2, 1 GPU) runs inside D with one infra failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    Event,
+    JobEnded,
+    JobSubmitted,
+    PhaseEnded,
+    PhaseStarted,
+    Progress,
+)
+from airflow_ett.rollup import day_window
+
+D = dt.date(2026, 11, 28)
+WINDOW = day_window(D, "UTC")
+LO = WINDOW.lo
+PREVIOUS = day_window(D - dt.timedelta(days=1), "UTC")
+
+
+class Maker:
+    def __init__(self, job: str) -> None:
+        self.job, self.n = job, 0
+
+    def __call__(self, cls: type, **fields: object) -> Event:
+        self.n += 1
+        return cls(id=f"{self.job}-{self.n}", job=self.job, **fields)  # type: ignore[no-any-return]
+
+
+def job_a() -> list[Event]:
+    """Submitted 1 h before midnight, queued 600 s, then 6000 s of effective steps."""
+    m = Maker("a")
+    return [
+        m(JobSubmitted, ts=LO - 3600, tenant="t1", model="m1", world_size=2),
+        m(AttemptStarted, ts=LO - 3000, attempt="1"),
+        m(Progress, ts=LO + 3000, attempt="1", start_ts=LO - 3000, step_start=0, step_end=60,
+          cursor_start=0, cursor_end=600),
+        m(AttemptEnded, ts=LO + 3000, attempt="1", status="success"),
+        m(JobEnded, ts=LO + 3000, status="success"),
+    ]
+
+
+def job_b() -> list[Event]:
+    """Inside D: queue 100, compile 200, 1000 effective, infra failure detected 100 s after
+    the last progress, 100 s rescheduling, 500 s replay, 500 s effective."""
+    m = Maker("b")
+    return [
+        m(JobSubmitted, ts=LO + 7200, tenant="t2", model="m1"),
+        m(AttemptStarted, ts=LO + 7300, attempt="1"),
+        m(PhaseStarted, ts=LO + 7300, attempt="1", phase="compile"),
+        m(PhaseEnded, ts=LO + 7500, attempt="1", phase="compile"),
+        m(Progress, ts=LO + 8500, attempt="1", start_ts=LO + 7500, step_start=0, step_end=10,
+          cursor_start=0, cursor_end=50),
+        m(AttemptEnded, ts=LO + 8600, attempt="1", status="failed", cause="infra"),
+        m(AttemptStarted, ts=LO + 8700, attempt="2"),
+        m(Progress, ts=LO + 9200, attempt="2", start_ts=LO + 8700, step_start=0, step_end=5,
+          cursor_start=0, cursor_end=50),
+        m(Progress, ts=LO + 9700, attempt="2", start_ts=LO + 9200, step_start=5, step_end=10,
+          cursor_start=50, cursor_end=100),
+        m(AttemptEnded, ts=LO + 9700, attempt="2", status="success"),
+        m(JobEnded, ts=LO + 9700, status="success"),
+    ]

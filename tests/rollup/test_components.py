@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_ett.ett.phases import COMPONENTS
+from airflow_ett.rollup.components import (
+    UNOWNED,
+    ComponentPolicy,
+    ComponentsError,
+    load_components,
+    parse_components,
+)
+
+
+def test_the_bundled_file_owns_every_component() -> None:
+    config = load_components()
+    assert list(config.policies) == list(COMPONENTS)
+    assert config.owner("initialization") == "trainer-team"
+    assert config.policies["initialization"].target == "<1%"
+    assert config.policies["effective_training"].target == ">=90%"
+    assert config.teams()["pt2-team"] == ("compilation",)
+    assert load_components("").source == config.source  # empty setting: the default
+
+
+def test_a_partial_file_leaves_the_rest_unowned_without_slo(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[components.shutdown]\nowner = "pub"\nmax_share_pct = 2\n'
+                 '[components.compilation]\nowner = "pub"\n')
+    config = load_components(f)
+    assert config.teams() == {UNOWNED: ("scheduling", "initialization", "effective_training",
+                                        "wasted_training"), "pub": ("compilation", "shutdown")}
+    assert config.policies["compilation"].status(50.0) == "none"
+    assert config.source == str(f)
+
+
+@pytest.mark.parametrize(("policy", "share", "status"), [
+    (ComponentPolicy("initialization", "t", max_share_pct=1.0), 0.999, "ok"),
+    (ComponentPolicy("initialization", "t", max_share_pct=1.0), 1.0, "breach"),  # "under 1%"
+    (ComponentPolicy("effective_training", "t", min_share_pct=90.0), 90.0, "ok"),
+    (ComponentPolicy("effective_training", "t", min_share_pct=90.0), 89.99, "breach"),
+    (ComponentPolicy("shutdown", "t"), 99.0, "none"),
+])
+def test_slo_verdicts_at_the_bounds(policy: ComponentPolicy, share: float, status: str) -> None:
+    assert policy.status(share) == status
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"components": {"initialisation": {}}},
+     "component 'initialisation': unknown component \\(known: scheduling,"),
+    ({"components": {"shutdown": {"ownr": "x"}}},
+     "component 'shutdown', field 'ownr': unknown field"),
+    ({"components": {"shutdown": {"owner": ""}}},
+     "component 'shutdown', field 'owner': '' is not a team name"),
+    ({"components": {"shutdown": {"owner": 3}}},
+     "component 'shutdown', field 'owner': 3 is not a team name"),
+    ({"components": {"shutdown": {"max_share_pct": 101}}},
+     "component 'shutdown', field 'max_share_pct': 101 is not a share in \\[0, 100\\]"),
+    ({"components": {"shutdown": {"min_share_pct": "5%"}}},
+     "component 'shutdown', field 'min_share_pct': '5%' is not a share"),
+    ({"components": {"shutdown": {"max_share_pct": True}}},
+     "component 'shutdown', field 'max_share_pct': True is not a share"),
+    ({"components": {"shutdown": {"max_share_pct": float("nan")}}},
+     "component 'shutdown', field 'max_share_pct': nan is not a share"),
+    ({"components": {"shutdown": {"max_share_pct": 1, "min_share_pct": 0}}},
+     "component 'shutdown': give max_share_pct or min_share_pct, not both"),
+    ({"components": {"shutdown": "pub"}}, "component 'shutdown': must be a table, got 'pub'"),
+    ({"components": []}, "'components' must be a table"),
+    ({"teams": {}}, "unknown top-level key 'teams'"),
+])
+def test_bad_files_are_refused_naming_component_field_and_value(raw: dict,
+                                                                message: str) -> None:
+    with pytest.raises(ComponentsError, match=f"components file F: {message}"):
+        parse_components(raw, source="F")
+
+
+def test_unreadable_files_are_refused_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ComponentsError, match=r"c\.toml: not found"):
+        load_components(tmp_path / "c.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[components.shutdown\n")
+    with pytest.raises(ComponentsError, match=r"bad\.toml: not valid TOML"):
+        load_components(bad)
