@@ -12,6 +12,7 @@ import itertools
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from airflow_ett.ett.events import (
     Event,
 )
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
+from airflow_ett.ett.timeline import to_s, to_us
 from tests.ett.strategies import NOW, failure, soups, specs
 
 
@@ -50,6 +52,31 @@ def check_levels_agree(r: JobAttribution) -> None:
     assert r.nof["total"] == len(r.failures)
 
 
+def check_rows_agree(r: JobAttribution) -> None:
+    """The attempt and failure rows, and the dict's timeline, tell the same story as the
+    totals."""
+    # effective time happens inside attempts only, and each row gets its own share
+    assert sum(to_us(a.effective_s) for a in r.attempts) == r.effective_us
+    assert r.nof["total"] == sum(a.status == "failed" for a in r.attempts)
+    for f in r.failures:
+        # a failure is either part of TTS (no TTR, no detection of its own) or a recovery
+        assert f.during_tts is (f.ttr_us is None)
+        if f.during_tts:
+            assert (f.detection_us, f.stages_us, f.phases_us) == (0, {}, {})
+    d = r.to_dict(include_timeline=True)
+    assert "timeline" not in r.to_dict()
+    rows = d["timeline"]
+    # seconds since submission, back to back from 0 to E2E, each with its component
+    assert [row[0] for row in rows[:1]] == [0.0] * bool(rows)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(rows))
+    assert rows[-1][1] == pytest.approx(to_s(r.e2e_us)) if rows else r.e2e_us == 0
+    per_label: dict[str, float] = {}
+    for start, end, component, label in rows:
+        assert component == r.phase_components[label]
+        per_label[label] = per_label.get(label, 0.0) + end - start
+    assert per_label == pytest.approx({k: to_s(v) for k, v in r.phases_us.items()})
+
+
 def shuffled_with_duplicates(events: list[Event], seed: int) -> list[Event]:
     rng = random.Random(seed)
     out = events + rng.sample(events, k=len(events) // 2)
@@ -63,6 +90,7 @@ def test_simulated_jobs_partition_and_agree(spec: JobSpec) -> None:
     r = attribute_job(simulate(spec))
     check_partition(r)
     check_levels_agree(r)
+    check_rows_agree(r)
     # every step's data is new exactly once: effective time is the step time, whatever failed
     assert r.effective_us == round(spec.steps * spec.step_s * 1e6)
     assert r.nof["total"] == len({(f.at_step, i) for i, f in enumerate(spec.failures)
@@ -75,6 +103,7 @@ def test_any_events_partition_agree_and_ignore_order(events: list[Event], seed: 
     r = attribute_job(events, now=NOW)
     check_partition(r)
     check_levels_agree(r)
+    check_rows_agree(r)
     again = attribute_job(shuffled_with_duplicates(events, seed), now=NOW)
     assert again.to_dict(include_timeline=True) == r.to_dict(include_timeline=True)
 

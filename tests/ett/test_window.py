@@ -118,6 +118,7 @@ def cuts(draw: st.DrawFn, r: JobAttribution) -> list[float]:
 def check_windows_sum_to_job(r: JobAttribution, points: list[float]) -> None:
     windows = [clip_to_window(r, a, b) for a, b in itertools.pairwise(points)]
     assert 1 <= len(windows) <= 6
+    assert [(w.lo, w.hi) for w in windows] == list(itertools.pairwise(points))
     for w in windows:
         assert sum(w.components_us.values()) == w.e2e_in_window_us
         assert sum(w.phases_us.values()) == w.e2e_in_window_us

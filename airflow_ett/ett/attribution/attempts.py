@@ -63,9 +63,8 @@ def _close(a: AttemptReport, nxt: int | None, window: JobWindow,
                 cause = None if succeeded else "unknown"
     start = min(max(a.start, window.submit), window.end)
     limit = window.end if nxt is None else min(max(nxt, window.submit), window.end)
-    if end > limit:
-        if nxt is not None and end > nxt:
-            warnings.append(f"attempt {a.id!r} overlaps the next one: cut at its start")
-        end = limit
+    if nxt is not None and end > nxt:  # an overlap, whether or not clipping hides it
+        warnings.append(f"attempt {a.id!r} overlaps the next one: cut at its start")
+    end = min(end, limit)
     return ClosedAttempt(a.id, start, max(end, start), status, cause, a.detected, a.exit_code,
                          inferred, a.spans)

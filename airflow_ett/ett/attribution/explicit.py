@@ -62,8 +62,8 @@ def explicit_phases(collected: Collected, attempts: Sequence[ClosedAttempt],
     label_component: dict[str, str] = {}
     for r in [*reported, *_blocking(collected.checkpoints)]:
         label_component[r.label] = r.component
-        lo, hi = bounds.get(r.attempt, (window.submit, window.end)) \
-            if r.attempt is not None else (window.submit, window.end)
+        # Every attempt a phase or a save names has its report (collect), so its bounds.
+        lo, hi = bounds[r.attempt] if r.attempt is not None else (window.submit, window.end)
         s = min(max(r.start, lo), hi)
         e = min(max(r.end, s), hi)
         raw[r.label] = raw.get(r.label, 0) + (e - s)

@@ -71,7 +71,7 @@ def attribute_job(events: Iterable[Event], now: float | None = None) -> JobAttri
 
 
 def _attribute_unique(job: str, events: list[Event], now: float | None, *,
-                      conflicts: int = 0) -> JobAttribution:
+                      conflicts: int) -> JobAttribution:
     """One job's events (unique ids, at least one) through the stages, in order."""
     collected = collect(events)
     window = job_window(collected, now)
