@@ -7,6 +7,8 @@ from airflow_ett.operators import training_job
 dag = training_job(
     dag_id="ett_dlrm_baseline",
     description="ETT baseline: the demo job with the optimizations off",
+    # Unpaused on arrival: schedule=None, so it runs only when triggered (UI or CLI).
+    is_paused_upon_creation=False,
     optimizations=ALL_OFF,
     **DEMO_JOB,
 )

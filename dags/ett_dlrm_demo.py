@@ -11,5 +11,7 @@ from airflow_ett.operators import training_job
 dag = training_job(
     dag_id="ett_dlrm_demo",
     description="ETT demo: DLRM small, all optimizations on, one injected failure",
+    # Unpaused on arrival: schedule=None, so it runs only when triggered (UI or CLI).
+    is_paused_upon_creation=False,
     **DEMO_JOB,
 )

@@ -100,6 +100,44 @@ def _model_config(model: str | Mapping[str, Any]) -> str | dict[str, Any]:
     return model
 
 
+TASK_DOCS: Final = {
+    "prewarm": "Compiles the model once on CPU and saves the compile cache, so that the train "
+               "task's compile (and every recovery's) loads it instead of compiling again. "
+               "Its time is counted as compilation.",
+    "train": "Runs the trainer on the GPU queue: restores the newest checkpoint, trains, "
+             "checkpoints asynchronously, restarts in place on a failure (then Airflow "
+             "retries). Its end is when the job releases its GPUs: E2E stops there.",
+    "publish": "Publishes the trained model from the last checkpoint on CPU, after the GPUs "
+               "were released; reported as time to model available, not as GPU time.",
+}
+
+
+def _dag_doc(tenant: str, model: str, steps: int, opts: Mapping[str, bool],
+             record: bool) -> str:
+    """The DAG page's documentation: what the job is, its tasks, the trigger form."""
+    on = ", ".join(k for k, v in opts.items() if v) or "none"
+    recorded = ("Every phase is recorded for ETT%: see the run's **ETT breakdown** view."
+                if record else "ETT recording is off for this DAG (`record=False`).")
+    return f"""\
+### Training job `{model}` (tenant `{tenant}`)
+
+A lifecycle built by `airflow_ett.operators.training_job`: prewarm the compile cache on CPU,
+train on the GPU queue, publish the model on CPU after the GPUs are released. {recorded}
+
+| task | what it does |
+|---|---|
+| `prewarm_compile_cache` | {TASK_DOCS["prewarm"]} |
+| `train` | {TASK_DOCS["train"]} |
+| `publish_model` | {TASK_DOCS["publish"]} |
+
+Optimizations on: {on}.
+
+**Trigger form** (all optional): `steps` (default {steps}) training steps; `inject_fault`
+(`none`, `raise`, `kill`, `hang`) one failure injected into the trainer, after step
+`fault_at_step` of attempt `fault_attempt`, to watch recovery and its TTR.
+"""
+
+
 def training_job(
     dag_id: str,
     *,
@@ -204,13 +242,15 @@ def training_job(
                               "work_dir": work_dir, "record": record}
 
     def role_kwargs(role: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"task_id": TASK_IDS[role], "queue": queue_of[role], **common}
+        out: dict[str, Any] = {"task_id": TASK_IDS[role], "queue": queue_of[role],
+                               "doc_md": TASK_DOCS[role], **common}
         if role in pool_of:
             out["pool"] = pool_of[role]
         return out
 
     dag_tags = [*tags_for(tenant, _model_tag(model), record=record, gpus=nproc),
                 *dag_tags_own]
+    dag_kwargs.setdefault("doc_md", _dag_doc(tenant, _model_tag(model), steps, opts, record))
     with DAG(dag_id, schedule=schedule, start_date=start_date, params=params, tags=dag_tags,
              **dag_kwargs) as dag:
         train = TorchRecTrainOperator(

@@ -55,6 +55,21 @@ start_redis() {
         || say "warning: Redis is not answering on 127.0.0.1:6379"
 }
 
+# The browser tests (reports and the UI pages) drive Debian's chromium through Playwright;
+# a new machine lacks it, so install it when we can (root with apt-get). Elsewhere the
+# browser tests fail with the install command as their reason.
+ensure_chromium() {
+    [ -x /usr/bin/chromium ] && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing chromium (apt-get) for the browser tests"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+            || say "chromium could not be installed: the browser tests will fail"
+    else
+        say "no /usr/bin/chromium (apt-get install chromium): the browser tests will fail"
+    fi
+}
+
 failed=()
 
 say "ruff check ."
@@ -65,6 +80,7 @@ mypy -p airflow_ett || failed+=("mypy")
 
 start_postgres
 start_redis
+ensure_chromium
 
 say "pytest $*"
 rc=0

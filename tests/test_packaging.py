@@ -89,6 +89,12 @@ def test_wheel_ships_every_module_and_the_typing_marker(wheel: zipfile.ZipFile) 
     assert expected, "found no sources to compare"
     assert sorted(expected - names) == []
     assert "airflow_ett/py.typed" in names
+    # data the code opens at run time: the default components file, the migrations, the
+    # HTML report's template and its vendored chart library
+    data = {p.relative_to(ROOT).as_posix() for pattern in (
+        "rollup/*.toml", "store/migrations/*.mako", "report/templates/*.j2", "report/static/*")
+        for p in package.glob(pattern)}
+    assert len(data) >= 5 and sorted(data - names) == []
 
 
 @pytest.mark.integration

@@ -1,6 +1,7 @@
 """`airflow-ett`: compute, store and inspect ETT breakdowns from the shell.
 
-One module per command group (`compute`, `ingest`, `db`, `runs`, `spool`, `embedded`),
+One module per command group (`compute`, `ingest`, `db`, `runs`, `rollup`, `report`,
+`spool`, `embedded`, `fleet`),
 each adding its parsers and holding its commands; `common` is what they share,
 `events_file` reads event logs, `render` writes a job's report as text. This package
 module only assembles the parser and maps errors to exit statuses, and `main` here is
@@ -20,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_ett.cli import compute, db, embedded, ingest, runs, spool
+from airflow_ett.cli import compute, db, embedded, fleet, ingest, report, rollup, runs, spool
 from airflow_ett.cli.common import CliError
 
 __all__ = ["build_parser", "main"]
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (compute, ingest, db, runs, spool, embedded):
+    for group in (compute, ingest, db, runs, rollup, report, spool, embedded, fleet):
         group.add_parser(sub)
     return parser
 

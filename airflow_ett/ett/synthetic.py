@@ -71,7 +71,7 @@ class JobSpec:
     teardown_s: float = 1.0
     failures: tuple[InjectedFailure, ...] = ()
     running_until_step: int | None = None  # stop emitting here: the job is still running
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)  # job_submitted.attrs
     world_size: int = 1
 
     def __post_init__(self) -> None:

@@ -9,7 +9,9 @@ the API server for states set by hand. What this records:
 - task tries `running` / `success` / `failed` / `up_for_retry`: `task_state` events, and a
   `retry_delay` phase when Airflow will retry after a delay;
 - the DAG run's end: `job_ended`, only as a fallback for jobs whose train task never
-  said so (it failed before training, or was killed), checked against the store.
+  said so (it failed before training, or was killed), checked against the store; then
+  the job's ETT metrics and the emitter's counters go out through Airflow's `Stats`
+  (`metrics.py`, docs/metrics.md), as do the counters at `before_stopping`.
 
 User-written text leaves the process only through Airflow's secrets maskers (`_redact`):
 a DAG run's `conf` and a failure's message may hold a password or token that Airflow
@@ -44,6 +46,7 @@ from airflow_ett.emit import Emitter, get_emitter
 from airflow_ett.emit._log import RateLimitedLog
 from airflow_ett.ett.events import JobStatus, TaskSource
 from airflow_ett.jobs import DagRecording, job_id_for, recording_of
+from airflow_ett.plugin import metrics
 from airflow_ett.settings import EttSettings
 
 hookimpl = HookimplMarker("airflow")  # the marker Airflow's listener managers collect
@@ -315,9 +318,12 @@ class EttListener:
 
         def fallback_end() -> None:
             row = self._job_known(job)
-            if row is None or row.ended_ts is not None:
-                return  # not an ETT job, or its train task already said when it ended
-            self._emitter().bind(job).job_ended(status, ts=ended)
+            if row is None:
+                return  # not an ETT job
+            if row.ended_ts is None:  # its train task never said when it ended
+                self._emitter().bind(job).job_ended(status, ts=ended)
+            metrics.report_finished_job(job, self._store, self._emitter(),
+                                        self.settings().emit_timeout)
 
         self._background.submit(fallback_end)
 
@@ -382,3 +388,4 @@ class EttListener:
         """The task process exits right after this: deliver what it recorded."""
         if self._enabled():
             self.flush()
+            metrics.emit_emitter_counters(self._emitter().stats())

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -37,6 +38,20 @@ def _processes_with_home(home: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _wait_for_dag_details(base: str, token: str, dag_id: str,
+                          deadline: float) -> dict[str, object]:
+    request = urllib.request.Request(f"{base}/api/v2/dags/{dag_id}/details",
+                                     headers={"Authorization": f"Bearer {token}"})
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return dict(json.load(response))
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline + 120:
+                raise
+        time.sleep(2.0)
 
 
 def test_ui_command_serves_the_ui_with_the_plugin_and_stops_cleanly(tmp_path: Path) -> None:
@@ -70,6 +85,11 @@ def test_ui_command_serves_the_ui_with_the_plugin_and_stops_cleanly(tmp_path: Pa
         with urllib.request.urlopen(plugins_request, timeout=30) as response:
             names = [p["name"] for p in json.load(response)["plugins"]]
         assert "airflow_ett" in names
+        # The example DAGs arrive ready to trigger from the UI, with their documentation.
+        for dag_id in ("ett_dlrm_demo", "ett_dlrm_baseline"):
+            details = _wait_for_dag_details(base, token, dag_id, deadline)
+            assert details["is_paused"] is False, details
+            assert "Trigger form" in (details.get("doc_md") or ""), details
         assert _processes_with_home(home.resolve()), "no component runs with this home"
     finally:
         proc.send_signal(signal.SIGTERM)

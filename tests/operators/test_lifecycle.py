@@ -47,6 +47,19 @@ def test_lifecycle_is_prewarm_then_train_then_publish() -> None:
     assert decision.retry_delay == timedelta(0)
 
 
+def test_the_dag_and_its_tasks_carry_their_documentation() -> None:
+    dag = build(tenant="ads", steps=40)
+    assert "Training job `dlrm_tiny` (tenant `ads`)" in dag.doc_md
+    for param in ("`steps` (default 40)", "`inject_fault`", "`fault_at_step`",
+                  "`fault_attempt`"):
+        assert param in dag.doc_md
+    for task_id in ("prewarm_compile_cache", "train", "publish_model"):
+        doc = dag.get_task(task_id).doc_md
+        assert doc and f"`{task_id}` | {doc} |" in dag.doc_md
+    assert build(doc_md="mine").doc_md == "mine"  # an owner's own documentation wins
+    assert "recording is off" in build(record=False).doc_md
+
+
 def test_optimizations_off_is_the_baseline_shape() -> None:
     dag = build(optimizations={"compile_cache": False, "standalone_publish": False,
                                "async_checkpoint": False})

@@ -106,6 +106,13 @@ def test_plugin_loads_cleanly_and_airflow_reads_ett_config_as_we_do(
         "spool_dir": "/srv/ett/spool",
         "emit_timeout": "0.25",
         "work_dir": f"{home}/ett_work",
+        "rollup_timezone": "UTC",
+        "components_file": "",
+        "rollup_recompute_days": "2",
+        "rollup_catchup_days": "30",
+        "report_dir": f"{home}/ett_reports",
+        "whatif_cut_pct": "50",
+        "whatif_start_s": "60",
     }
     assert result["typed"] == [True, 0.25]
     assert result["ours_typed"] == result["typed"]

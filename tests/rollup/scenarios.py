@@ -1,7 +1,8 @@
 """Hand-made jobs for the rollup tests (store and pure), with their figures worked out on
 paper in tests/rollup/test_day.py.
 
-Day D is 2026-11-28 in UTC, `[LO, LO + 86400)`. Job A (tenant t1, 2 GPUs) runs across
+Day D is 2026-11-28 in UTC, `[LO, LO + 86400)` (the builders take another midnight `lo`
+for tests that need days relative to today). Job A (tenant t1, 2 GPUs) runs across
 midnight into D; job B (tenant t2, 1 GPU) runs inside D with one infra failure.
 """
 
@@ -36,36 +37,45 @@ class Maker:
         return cls(id=f"{self.job}-{self.n}", job=self.job, **fields)  # type: ignore[no-any-return]
 
 
-def job_a() -> list[Event]:
+def job_a(lo: float = LO) -> list[Event]:
     """Submitted 1 h before midnight, queued 600 s, then 6000 s of effective steps."""
     m = Maker("a")
     return [
-        m(JobSubmitted, ts=LO - 3600, tenant="t1", model="m1", world_size=2),
-        m(AttemptStarted, ts=LO - 3000, attempt="1"),
-        m(Progress, ts=LO + 3000, attempt="1", start_ts=LO - 3000, step_start=0, step_end=60,
+        m(JobSubmitted, ts=lo - 3600, tenant="t1", model="m1", world_size=2),
+        m(AttemptStarted, ts=lo - 3000, attempt="1"),
+        m(Progress, ts=lo + 3000, attempt="1", start_ts=lo - 3000, step_start=0, step_end=60,
           cursor_start=0, cursor_end=600),
-        m(AttemptEnded, ts=LO + 3000, attempt="1", status="success"),
-        m(JobEnded, ts=LO + 3000, status="success"),
+        m(AttemptEnded, ts=lo + 3000, attempt="1", status="success"),
+        m(JobEnded, ts=lo + 3000, status="success"),
     ]
 
 
-def job_b() -> list[Event]:
+def job_b(lo: float = LO) -> list[Event]:
     """Inside D: queue 100, compile 200, 1000 effective, infra failure detected 100 s after
     the last progress, 100 s rescheduling, 500 s replay, 500 s effective."""
     m = Maker("b")
     return [
-        m(JobSubmitted, ts=LO + 7200, tenant="t2", model="m1"),
-        m(AttemptStarted, ts=LO + 7300, attempt="1"),
-        m(PhaseStarted, ts=LO + 7300, attempt="1", phase="compile"),
-        m(PhaseEnded, ts=LO + 7500, attempt="1", phase="compile"),
-        m(Progress, ts=LO + 8500, attempt="1", start_ts=LO + 7500, step_start=0, step_end=10,
+        m(JobSubmitted, ts=lo + 7200, tenant="t2", model="m1"),
+        m(AttemptStarted, ts=lo + 7300, attempt="1"),
+        m(PhaseStarted, ts=lo + 7300, attempt="1", phase="compile"),
+        m(PhaseEnded, ts=lo + 7500, attempt="1", phase="compile"),
+        m(Progress, ts=lo + 8500, attempt="1", start_ts=lo + 7500, step_start=0, step_end=10,
           cursor_start=0, cursor_end=50),
-        m(AttemptEnded, ts=LO + 8600, attempt="1", status="failed", cause="infra"),
-        m(AttemptStarted, ts=LO + 8700, attempt="2"),
-        m(Progress, ts=LO + 9200, attempt="2", start_ts=LO + 8700, step_start=0, step_end=5,
+        m(AttemptEnded, ts=lo + 8600, attempt="1", status="failed", cause="infra"),
+        m(AttemptStarted, ts=lo + 8700, attempt="2"),
+        m(Progress, ts=lo + 9200, attempt="2", start_ts=lo + 8700, step_start=0, step_end=5,
           cursor_start=0, cursor_end=50),
-        m(Progress, ts=LO + 9700, attempt="2", start_ts=LO + 9200, step_start=5, step_end=10,
+        m(Progress, ts=lo + 9700, attempt="2", start_ts=lo + 9200, step_start=5, step_end=10,
           cursor_start=50, cursor_end=100),
-        m(AttemptEnded, ts=LO + 9700, attempt="2", status="success"),
-        m(JobEnded, ts=LO + 9700, status="success"),
+        m(AttemptEnded, ts=lo + 9700, attempt="2", status="success"),
+        m(JobEnded, ts=lo + 9700, status="success"),
     ]
+
+
+def late_job(lo: float = LO) -> list[Event]:
+    """Arrives after D was rolled up: 1000 s of one failed attempt that made no step."""
+    m = Maker("late")
+    return [m(JobSubmitted, ts=lo + 20_000, tenant="t3"),
+            m(AttemptStarted, ts=lo + 20_000, attempt="1"),
+            m(AttemptEnded, ts=lo + 21_000, attempt="1", status="failed", cause="application"),
+            m(JobEnded, ts=lo + 21_000, status="failed")]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, JobSubmitted
+from airflow_ett.ett.events import JobSubmitted
 from airflow_ett.rollup import load_components
 from airflow_ett.store import EttStore
-from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b
+from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b, late_job
 
 NOW = LO + 2 * 86400
 
@@ -43,12 +43,7 @@ def test_a_rerun_replaces_the_day_and_late_events_correct_it(store: EttStore) ->
     assert len(store.daily.job_rows("2026-11-28")) == 1  # replaced, not doubled
     assert again.fleet == first.fleet
     # A late job of D arrives (submitted, ran 1000 s effective-less, ended): D is corrected.
-    late = [JobSubmitted(id="l1", job="late", ts=LO + 20_000, tenant="t3"),
-            AttemptStarted(id="l2", job="late", ts=LO + 20_000, attempt="1"),
-            AttemptEnded(id="l3", job="late", ts=LO + 21_000, attempt="1", status="failed",
-                         cause="application"),
-            JobEnded(id="l4", job="late", ts=LO + 21_000, status="failed")]
-    store.insert_events(late)
+    store.insert_events(late_job())
     corrected = store.daily.compute_day(WINDOW, components, now=NOW + 120)
     assert corrected.fleet.jobs == 2 and corrected.fleet.e2e_s == 3500.0
     assert corrected.fleet.nof["application"] == 1

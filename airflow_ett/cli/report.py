@@ -1,0 +1,114 @@
+"""`airflow-ett report`: the morning report of stored rollups, as a terminal table, JSON,
+CSV or HTML with charts; and `write_day_report`, what the nightly DAG writes per day."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_ett.cli.common import fail, store_command, store_url, with_store
+from airflow_ett.cli.rollup import add_day_options, day_range
+
+if TYPE_CHECKING:
+    from airflow_ett.cli.common import Subcommands
+    from airflow_ett.report.timeline import RunTimeline
+    from airflow_ett.rollup import DayRollup
+    from airflow_ett.store import EttStore
+
+#: How many of the worst runs get a timeline in the HTML report.
+TIMELINES: int = 5
+
+
+def add_parser(sub: Subcommands) -> None:
+    parser = with_store(sub.add_parser(
+        "report", help="the fleet's ETT report from stored rollups",
+        description="The morning report: fleet ETT% and its change, components with owners "
+                    "and SLOs, failures, what-if, the worst runs. Reads the days "
+                    "`airflow-ett rollup` stored."))
+    add_day_options(parser)
+    parser.add_argument("--tenant", help="only this tenant's figures")
+    parser.add_argument("--format", choices=("text", "html", "json", "csv"), default="text")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write the report file there (html: default "
+                             "[ett] report_dir/<last day>/); text/json/csv print otherwise")
+    parser.set_defaults(func=report_command)
+
+
+def _stored_days(store: EttStore, first: dt.date, last: dt.date
+                 ) -> tuple[list[DayRollup], DayRollup | None]:
+    days = store.daily.days(first.isoformat(), last.isoformat())
+    if not days:
+        span = first.isoformat() if first == last else f"{first} to {last}"
+        flags = f"--date {first}" if first == last else f"--from {first} --to {last}"
+        fail(f"no rollup stored for {span}: run `airflow-ett rollup {flags}` first")
+    before = store.daily.day((first - dt.timedelta(days=1)).isoformat())
+    return days, before
+
+
+def worst_timelines(store: EttStore, day: DayRollup, *, tenant: str | None = None,
+                    limit: int = TIMELINES) -> list[RunTimeline]:
+    """The attempt timelines of the day's worst runs, from their stored events."""
+    from airflow_ett.ett.attribution import AttributionError, attribute_job
+    from airflow_ett.report.timeline import run_timeline
+
+    out = []
+    for run in [r for r in day.top_runs if tenant is None or r.tenant == tenant][:limit]:
+        try:
+            out.append(run_timeline(attribute_job(store.job_events(run.job), now=day.computed_at)))
+        except AttributionError:
+            continue  # its events are gone (the store was pruned): no timeline to draw
+    return out
+
+
+@store_command
+def report_command(args: argparse.Namespace) -> int:
+    from airflow_ett.cli.console import is_terminal
+    from airflow_ett.report.files import FILE_NAMES, report_text, write_reports
+    from airflow_ett.report.tabular import to_csv, to_json
+    from airflow_ett.settings import RollupSettings
+    from airflow_ett.store import EttStore
+
+    settings = RollupSettings.load()
+    first, last = day_range(args, settings)
+    if args.format == "html" and args.tenant is not None:
+        fail("--tenant: the HTML report shows the whole fleet; use --format text, json or csv "
+             "for one tenant")
+    with EttStore(store_url(args)) as store:
+        days, before = _stored_days(store, first, last)
+        if args.tenant is not None and not any(args.tenant in d.tenants for d in days):
+            fail(f"--tenant: {args.tenant!r} ran no job in the days asked for")
+        timelines = (worst_timelines(store, days[-1], tenant=args.tenant)
+                     if args.format == "html" else [])
+    out = args.out
+    if args.format == "html" and out is None:
+        out = settings.report_dir / days[-1].day
+    if out is not None:
+        written = write_reports(out, days, before, timelines, tenant=args.tenant,
+                                formats=[args.format])
+        print(f"report: {written[args.format]}")
+        return 0
+    if args.format == "json":
+        sys.stdout.write(to_json(days, tenant=args.tenant))
+    elif args.format == "csv":
+        sys.stdout.write(to_csv(days, tenant=args.tenant))
+    else:
+        text = report_text(days, before, tenant=args.tenant, terminal=is_terminal())
+        sys.stdout.write(text + "\n")
+        html = settings.report_dir / days[-1].day / FILE_NAMES["html"]
+        if html.is_file():
+            print(f"report: {html}")
+    return 0
+
+
+def write_day_report(store: EttStore, day: str, out_dir: Path) -> dict[str, Path]:
+    """Every report file for one stored day (the nightly DAG's last step)."""
+    from airflow_ett.report.files import write_reports
+
+    rollup = store.daily.day(day)
+    if rollup is None:
+        raise LookupError(f"no rollup stored for {day}")
+    before = store.daily.day((dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat())
+    return write_reports(out_dir, [rollup], before, worst_timelines(store, rollup))

@@ -1,0 +1,3 @@
+"""Reports of the fleet rollup: text (a terminal table), JSON, CSV and HTML with charts,
+rendered from stored `DayRollup`s by pure functions; `timeline` builds the attempt
+timeline of one run that the HTML report and the run page draw."""

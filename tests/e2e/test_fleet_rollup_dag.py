@@ -1,0 +1,103 @@
+"""The nightly rollup DAG on a real Airflow (scheduler, dag-processor, API server; SQLite,
+LocalExecutor): unpaused, it catches up on the two days its settings allow, writes their
+rows and reports; a manual rerun of one day after late events corrects that day.
+
+The store holds the hand-computed jobs of tests/rollup/scenarios.py, placed on the two
+days before today (UTC): job A across their midnight, job B on the second day. Figures
+worked out in tests/rollup/test_day.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ett.embedded import EmbeddedAirflow
+from airflow_ett.rollup import day_window
+from airflow_ett.store import EttStore, upgrade
+from tests.rollup.scenarios import job_a, job_b, late_job
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "ett_fleet_rollup.py"
+DAG_ID = "ett_fleet_rollup"
+
+
+def _runs(af: EmbeddedAirflow) -> list[dict[str, Any]]:
+    body = af.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=50&order_by=logical_date")
+    return list(body.get("dag_runs", []))
+
+
+def _wait_for_finished_runs(af: EmbeddedAirflow, count: int, timeout: float) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = _runs(af)
+        if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
+            return runs
+        af.check_alive()
+        time.sleep(2.0)
+    raise AssertionError(f"runs not finished in {timeout} s: {_runs(af)}\n"
+                         f"{af.log_tail('scheduler')}")
+
+
+def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Path) -> None:
+    today = dt.datetime.now(dt.UTC).date()
+    day1, day2 = today - dt.timedelta(days=2), today - dt.timedelta(days=1)
+    lo2 = day_window(day2, "UTC").lo  # job A starts an hour before it, on day 1
+    url = f"sqlite:///{tmp_path / 'ett.db'}"
+    upgrade(url)
+    with EttStore(url) as store:
+        store.insert_events([*job_a(lo2), *job_b(lo2)])
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(DAG_FILE, dags / DAG_FILE.name)
+    reports = tmp_path / "reports"
+    env = {"AIRFLOW__ETT__STORE_URL": url, "AIRFLOW__ETT__REPORT_DIR": str(reports),
+           "AIRFLOW__ETT__ROLLUP_TIMEZONE": "UTC", "AIRFLOW__ETT__ROLLUP_CATCHUP_DAYS": "2",
+           "AIRFLOW__ETT__ROLLUP_RECOMPUTE_DAYS": "2"}
+    with EmbeddedAirflow(tmp_path / "home", dags, extra_env=env) as af:
+        af.migrate()
+        af.start()
+        af.wait_until_ready(180.0)
+        af.wait_for_dag(DAG_ID, timeout=120.0)
+        af.unpause(DAG_ID)
+        runs = _wait_for_finished_runs(af, 2, timeout=300.0)
+        assert [r["state"] for r in runs] == ["success", "success"], runs
+        assert sorted(r["data_interval_start"][:10] for r in runs) == [
+            day1.isoformat(), day2.isoformat()]
+
+        with EttStore(url) as store:
+            first, second = store.daily.day(day1.isoformat()), store.daily.day(day2.isoformat())
+            assert first is not None and second is not None
+            assert (first.fleet.jobs, first.fleet.e2e_s, first.fleet.effective_s) == (
+                1, 3600.0, 3000.0)  # A's hour before midnight
+            assert (second.fleet.jobs, second.fleet.e2e_s, second.fleet.effective_s) == (
+                2, 5500.0, 4500.0)
+            assert second.fleet.gpu_hours == pytest.approx((3000 * 2 + 2500) / 3600)
+            assert second.fleet.nof["infra"] == 1
+        for day in (day1, day2):
+            folder = reports / day.isoformat()
+            assert {p.name for p in folder.iterdir()} >= {"report.txt", "report.json",
+                                                         "report.csv", "index.html"}
+        assert (reports / day2.isoformat() / "report.txt").read_text().startswith(
+            "fleet ETT% 81.8 (-1.5)   jobs 2")
+
+        # Late events for day 2 arrive; rerunning that day corrects it, nothing doubles.
+        with EttStore(url) as store:
+            store.insert_events(late_job(lo2))
+        run_id = af.trigger(DAG_ID, conf={"date": day2.isoformat()})
+        assert af.wait_for_run(DAG_ID, run_id, timeout=240.0) == "success"
+    with EttStore(url) as store:
+        corrected = store.daily.day(day2.isoformat())
+        assert corrected is not None
+        assert (corrected.fleet.jobs, corrected.fleet.e2e_s) == (3, 6500.0)
+        assert corrected.fleet.nof["application"] == 1
+        assert len(store.daily.job_rows(day2.isoformat())) == 3
+        # recompute_days=2: the rerun of day 2 recomputed day 1 too, which did not change
+        again = store.daily.day(day1.isoformat())
+        assert again is not None and again.fleet == first.fleet

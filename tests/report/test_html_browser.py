@@ -1,0 +1,147 @@
+"""The HTML report in a real headless Chromium (Debian's `chromium` package, driven by
+Python Playwright with `executable_path`; Playwright's own browser download is never used).
+
+A small simulated fleet (tests/report/__init__.py: three days, every failure cause, a job
+across midnight still running, a tenant named `<script>alert(1)</script>`) is written with
+`write_html_report` and opened from file://, in the light and the dark colour scheme:
+every chart must be drawn by plotly.js with the traces its spec has, nothing may be
+requested outside file://, no console error nor dialog may appear, and the injected
+tenant must show as text. Full-page screenshots are kept as test artifacts in
+`$ETT_TEST_ARTIFACTS/report/` (default `tests/artifacts/report/`): look at them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ett.report import html as report
+from tests.report import EVIL, small_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+# tests/../shared/TESTING.md "Browser tests": without the background-networking flags the
+# browser's own connections (refused on a closed network) fill the log.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def artifacts_dir() -> Path:
+    base = os.environ.get("ETT_TEST_ARTIFACTS")
+    out = (Path(base) if base else ROOT / "tests" / "artifacts") / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def chromium() -> str:
+    found = str(CHROMIUM) if CHROMIUM.is_file() else shutil.which("chromium")
+    if not found:
+        pytest.skip("no Chromium: the browser tests need Debian's chromium package "
+                    "(apt-get install -y chromium)")
+    return found
+
+
+# Each chart: how many traces plotly.js drew, of which types, and whether any was dropped
+# (a trace type missing from the basic bundle comes back with visible=false).
+_CHARTS_JS = """() => Array.from(document.querySelectorAll('[data-figure]')).map(n => ({
+  key: n.getAttribute('data-figure'),
+  plotted: n.classList.contains('js-plotly-plot'),
+  error: n.getAttribute('data-error'),
+  types: (n._fullData || []).map(t => t.type),
+  dropped: (n._fullData || []).filter(t => t.visible === false).length,
+  svgs: n.querySelectorAll('svg.main-svg').length,
+  points: n.querySelectorAll('.point').length,
+  title: (n.querySelector('.gtitle') || {}).textContent || '',
+  fontColour: n._fullLayout ? n._fullLayout.font.color : null,
+}))"""
+
+
+def test_the_report_renders_offline_in_chromium() -> None:
+    executable = chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+    days, timelines = small_fleet(timelines=3)
+    assert EVIL in {t.tenant for t in timelines}, "the fleet must show the injection"
+    out = artifacts_dir()
+    index = report.write_html_report(out / "site", days, timelines, title="ETT fleet report")
+    specs = report.figures(days, timelines)
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        try:
+            for scheme in ("light", "dark"):
+                charts = _open(browser, index, scheme, out / f"fleet-report-{scheme}.png")
+                assert [c["key"] for c in charts] == list(specs)
+                for chart in charts:
+                    spec = specs[chart["key"]]
+                    assert chart["plotted"] and not chart["error"], chart
+                    assert chart["types"] == [t["type"] for t in spec["data"]], chart["key"]
+                    assert chart["dropped"] == 0, chart
+                    assert chart["svgs"] >= 1 and chart["points"] > 0, chart
+                    assert chart["fontColour"] == report.THEMES[scheme]["layout"]["font"][
+                        "color"], (scheme, chart["key"])
+                # plotly shows each title as the literal text: the escaped tenant too
+                shown = {c["key"]: c["title"] for c in charts}
+                for i, timeline in enumerate(timelines):
+                    assert shown[f"timeline-{i}"] == report.timeline_title(timeline)
+        finally:
+            browser.close()
+
+
+def _open(browser: Any, index: Path, scheme: str, screenshot: Path) -> list[dict[str, Any]]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  color_scheme=scheme, service_workers="block")
+    page = context.new_page()
+    errors: list[str] = []
+    outside: list[str] = []
+    dialogs: list[str] = []
+    def console(message: Any) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("console", console)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    def dialog(opened: Any) -> None:
+        dialogs.append(opened.message)
+        opened.dismiss()
+
+    page.on("dialog", dialog)
+
+    def route(r: Any) -> None:
+        if r.request.url.startswith(("file://", "data:", "blob:", "about:")):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    try:
+        page.goto(index.as_uri(), wait_until="load")
+        expected = len(page.query_selector_all("[data-figure]"))
+        # every chart drawn, or the page's script said plotly.js did not load
+        page.wait_for_function(
+            f"document.querySelectorAll('.js-plotly-plot').length === {expected}"
+            " || document.querySelector('[data-error]') !== null", timeout=30_000)
+        page.wait_for_timeout(300)  # let plotly's last redraw (responsive) settle
+        charts: list[dict[str, Any]] = page.evaluate(_CHARTS_JS)
+        # The tables show the injected tenant as text, and it created no element.
+        assert page.get_by_text(EVIL, exact=True).count() >= 1
+        assert page.evaluate("document.querySelectorAll('script').length") == 5
+        assert page.evaluate("document.querySelectorAll('img').length") == 0
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert background == ("rgb(13, 17, 23)" if scheme == "dark" else "rgb(255, 255, 255)")
+        page.screenshot(path=str(screenshot), full_page=True)
+    finally:
+        context.close()
+    assert not errors, f"console errors ({scheme}): {errors}"
+    assert not outside, f"requests outside file:// ({scheme}): {outside}"
+    assert not dialogs, f"a dialog opened ({scheme}): injected script ran: {dialogs}"
+    assert screenshot.stat().st_size > 50_000
+    return charts
