@@ -567,6 +567,27 @@ def iter_parse(lines: Iterable[str | bytes]) -> Iterator[Event | EventError]:
             yield exc.at_line(number)
 
 
+_STORED: Final = msgspec.json.Decoder(Event)
+
+
+def decode_stored(payload: str | bytes) -> Event:
+    """An event as the store keeps it: its canonical JSON, checked by `parse_line`'s rules
+    before it was written. Decoded by its type alone (about ten times faster than
+    `parse_line`, which matters when a nightly rollup reads millions), with its times
+    checked against today's bounds; a payload that does not decode cleanly or breaks the
+    bounds (a row an older, laxer version wrote) goes through `parse_line`, whose
+    `EventError` names what is wrong, so a reader can skip it as it would any bad line."""
+    try:
+        event: Event = _STORED.decode(payload)
+    except msgspec.DecodeError:  # ValidationError is one
+        return parse_line(payload)
+    for name in event.TIME_FIELDS:
+        value = getattr(event, name)
+        if value is not None and not TS_MIN <= value < TS_MAX:
+            return parse_line(payload)
+    return event
+
+
 def parse_lines(lines: Iterable[str | bytes]) -> ParseResult:
     events: list[Event] = []
     errors: list[EventError] = []

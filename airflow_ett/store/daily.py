@@ -19,7 +19,7 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from airflow_ett.ett.events import Event, EventError, parse_line
+from airflow_ett.ett.events import Event, EventError, decode_stored
 from airflow_ett.rollup.figures import US_PER_H, US_PER_S
 from airflow_ett.store.schema import daily_days, daily_groups, daily_jobs, events, jobs
 
@@ -97,7 +97,7 @@ class DailyRollups:
         out: dict[str, list[Event]] = {job: [] for job in ids}
         for job, event_id, payload in rows:
             try:
-                out[job].append(parse_line(payload))
+                out[job].append(decode_stored(payload))
             except EventError as exc:  # stored before a rule tightened: skip, say so
                 log.warning("ETT store %s: job %r: stored event %r left out of the rollup: "
                             "%s", self._store.url, job, event_id, exc)

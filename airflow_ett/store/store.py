@@ -39,6 +39,7 @@ from airflow_ett.ett.events import (
     JobSubmitted,
     check_string,
     check_time,
+    decode_stored,
     event_to_json,
     parse_line,
 )
@@ -428,7 +429,7 @@ class EttStore:
         unreadable: list[str] = []
         for event_id, payload in payloads:
             try:
-                out.append(parse_line(payload))
+                out.append(decode_stored(payload))
             except EventError as exc:
                 # Stored before a rule tightened (a time in milliseconds, say): one bad
                 # row must not make the whole job unreadable.
