@@ -92,9 +92,10 @@ def test_wheel_ships_every_module_and_the_typing_marker(wheel: zipfile.ZipFile) 
     # data the code opens at run time: the default components file, the migrations, the
     # HTML report's template and its vendored chart library
     data = {p.relative_to(ROOT).as_posix() for pattern in (
-        "rollup/*.toml", "store/migrations/*.mako", "report/templates/*.j2", "report/static/*")
+        "rollup/*.toml", "store/migrations/*.mako", "report/templates/*.j2", "report/static/*",
+        "plugin/web/templates/*.j2", "plugin/web/static/*")
         for p in package.glob(pattern)}
-    assert len(data) >= 5 and sorted(data - names) == []
+    assert len(data) >= 10 and sorted(data - names) == []
 
 
 @pytest.mark.integration

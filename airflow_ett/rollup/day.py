@@ -26,7 +26,7 @@ TOP_RUNS: Final = 10
 class TeamFigures(msgspec.Struct, frozen=True, kw_only=True):
     team: str
     components: list[str]
-    share_pct: float  # of the fleet's E2E, over the components the team owns
+    share_pct: float  # of the fleet's E2E: the time in the components the team owns
     gpu_hours_lost: float
     breaches: list[str]  # the owned components whose SLO the day missed
 
@@ -110,7 +110,7 @@ def _teams(slo: list[SloRow], components: ComponentsConfig) -> list[TeamFigures]
     by_component = {row.component: row for row in slo}
     teams = [
         TeamFigures(team=team, components=list(owned),
-                    share_pct=sum(by_component[c].share_pct for c in owned if c != EFFECTIVE),
+                    share_pct=sum(by_component[c].share_pct for c in owned),
                     gpu_hours_lost=sum(by_component[c].gpu_hours_lost for c in owned),
                     breaches=[c for c in owned if by_component[c].status == "breach"])
         for team, owned in components.teams().items()

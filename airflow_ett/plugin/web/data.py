@@ -1,0 +1,399 @@
+"""The figures behind the pages and the JSON API, read from the ETT store.
+
+No FastAPI and no Airflow here (the routes bring those): functions of the store, the days
+asked for and the DAGs the user may read, returning the API's models (`models.py`).
+
+The fleet, two ways, same result for the same jobs:
+
+- A user who may read every DAG gets the stored days (`ett_daily_days`, one row per day:
+  what the nightly rollup computed), the cheap path.
+- A user who may read only some DAGs gets days recomputed from the per-job rows of the
+  days (`ett_daily_jobs`), keeping only the jobs of DAGs they may read: the same
+  `rollup_day` over the same job-days, so the figures are those the nightly run would have
+  stored for a fleet of just those jobs (tests/plugin/web/test_data.py checks that with
+  every DAG readable the recomputed days equal the stored ones). A job with no DAG (sent
+  by the CLI) or of a DAG Airflow does not know is readable only by the first kind of user.
+  The what-if amounts and the components file are the stored day's own.
+
+A run: the job id of a DAG run is `job_id_for(dag_id, run_id)` (a job named otherwise, a
+simulated one say, is asked for with its id: `?job=`); its events are attributed now (a
+job still running is provisional, with its last hour cut out by `clip_to_window`). The
+access check is on the DAG in the path, so the job's own recorded DAG and run must be the
+ones asked for, or it is not found: `a__b` + `c` and `a` + `b__c` name the same job id, and
+a user allowed to read DAG `a` must not read a run of DAG `a__b` through that, nor any job
+through `?job=`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
+
+import msgspec
+
+from airflow_ett.ett.events import ModelPublished
+from airflow_ett.ett.phases import COMPONENTS
+from airflow_ett.jobs import job_id_for
+from airflow_ett.plugin.web import models
+from airflow_ett.rollup import (
+    ComponentsConfig,
+    ComponentsError,
+    DayRollup,
+    DayWindow,
+    FailureInDay,
+    JobDay,
+    load_components,
+    rollup_day,
+)
+from airflow_ett.rollup.figures import US_PER_S
+
+if TYPE_CHECKING:
+    from airflow_ett.ett.attribution import JobAttribution
+    from airflow_ett.ett.events import Event
+    from airflow_ett.store import EttStore
+
+log = logging.getLogger(__name__)
+
+#: Days shown when the request names none: the two weeks ending today.
+DEFAULT_DAYS: Final = 14
+#: The most days one request may ask for (a quarter): every shown day is read.
+MAX_DAYS: Final = 92
+#: The running job's recent window.
+LAST_HOUR_S: Final = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class DagScope:
+    """The DAGs a user may read: all of them, or exactly `dag_ids`."""
+
+    all_dags: bool
+    dag_ids: frozenset[str] = frozenset()
+
+    def allows(self, dag_id: str | None) -> bool:
+        return self.all_dags or (dag_id is not None and dag_id in self.dag_ids)
+
+    def model(self) -> models.Scope:
+        return models.Scope(all_dags=self.all_dags,
+                            readable_dags=None if self.all_dags else len(self.dag_ids))
+
+
+class DaysError(ValueError):
+    """Days asked for that name no range (the message names the parameter)."""
+
+
+def days_asked(first: dt.date | None, last: dt.date | None, today: dt.date
+               ) -> tuple[dt.date, dt.date]:
+    """`[first, last]`: both given, or one and `DEFAULT_DAYS` around it, or the
+    `DEFAULT_DAYS` ending today; at most `MAX_DAYS`."""
+    span = dt.timedelta(days=DEFAULT_DAYS - 1)
+    if first is None and last is None:
+        last = today
+    if first is None:
+        assert last is not None
+        first = last - span
+    if last is None:
+        last = first + span
+    if last < first:
+        raise DaysError(f"to: {last.isoformat()} is before from: {first.isoformat()}")
+    if (last - first).days + 1 > MAX_DAYS:
+        raise DaysError(f"from/to: {(last - first).days + 1} days; at most {MAX_DAYS} "
+                        "days at once")
+    return first, last
+
+
+# -- the fleet ------------------------------------------------------------------------------
+
+def _us(seconds: float) -> int:
+    return round(seconds * US_PER_S)
+
+
+def job_day_of_row(row: Mapping[str, Any]) -> JobDay:
+    """A stored `ett_daily_jobs` row (`DailyRollups.job_rows`) as the job-day it was made
+    from: seconds back to the integer microseconds they were divided from (exact: a day's
+    microseconds are far below 2**53)."""
+    payload = row["payload"]
+    components = payload.get("components_s", {})
+    return JobDay(
+        job=row["job"], tenant=row["tenant"], model=row["model"], dag_id=row["dag_id"],
+        run_id=row["run_id"], gpus=int(row["gpus"]), provisional=bool(row["provisional"]),
+        synthetic=bool(row["synthetic"]), e2e_us=_us(row["e2e_s"]),
+        components_us={c: _us(components.get(c, 0.0)) for c in COMPONENTS},
+        tts_us=None if payload.get("tts_s") is None else _us(payload["tts_s"]),
+        failures=tuple(FailureInDay(f["cause"], None if f.get("ttr_s") is None
+                                    else _us(f["ttr_s"]))
+                       for f in payload.get("failures", [])),
+        attempts=int(payload.get("attempts", 0)),
+        preempted_attempts=int(payload.get("preempted_attempts", 0)),
+    )
+
+
+def _what_if_amounts(day: DayRollup) -> tuple[float, float]:
+    """The what-if parameters the stored day was computed with (its own rows say them)."""
+    cut = next((w.amount for w in day.what_if if w.kind == "cut"), 50.0)
+    start = next((w.amount for w in day.what_if if w.kind == "faster_start"), 60.0)
+    return cut, start
+
+
+def _components_of(day: DayRollup, fallback: ComponentsConfig | None) -> ComponentsConfig:
+    """The owners and SLOs the stored day used: its components file, when it still loads."""
+    try:
+        if Path(day.components_file).is_file():
+            return load_components(day.components_file)
+    except ComponentsError as exc:
+        log.warning("ETT pages: %s; using the configured components file", exc)
+    if fallback is not None:
+        return fallback
+    from airflow_ett.settings import RollupSettings
+
+    return load_components(RollupSettings.load().components_file)
+
+
+class _Recent:
+    """The last `size` restricted days computed, by (store, day, computed_at, DAGs): a
+    day's rows change only when the rollup rewrites it (a new `computed_at`), and reading
+    and re-rolling them costs about 17 us a job (bench: a few thousand jobs a day, 2
+    cores), so a user's second look at the same days reads no job row."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str, float, frozenset[str]], DayRollup] = (
+            OrderedDict())
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, float, frozenset[str]]) -> DayRollup | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, str, float, frozenset[str]], value: DayRollup) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+_recent = _Recent(512)
+
+
+def readable_day(store: EttStore, day: DayRollup, scope: DagScope,
+                 components: ComponentsConfig | None = None) -> DayRollup:
+    """The stored day recomputed over the jobs `scope` allows (see the module docstring)."""
+    key = (store.url, day.day, day.computed_at, scope.dag_ids)
+    cached = _recent.get(key)
+    if cached is not None:
+        return cached
+    result = _recompute(store, day, scope, components)
+    _recent.put(key, result)
+    return result
+
+
+def _recompute(store: EttStore, day: DayRollup, scope: DagScope,
+               components: ComponentsConfig | None) -> DayRollup:
+    rows = store.daily.job_rows(day.day)
+    parts = [job_day_of_row(r) for r in rows if scope.allows(r["dag_id"])]
+    window = DayWindow(day=dt.date.fromisoformat(day.day), tz=day.tz, lo=day.lo, hi=day.hi)
+    cut_pct, start_s = _what_if_amounts(day)
+    return rollup_day(window, parts, _components_of(day, components),
+                      computed_at=day.computed_at, cut_pct=cut_pct, start_s=start_s)
+
+
+def fleet_days(store: EttStore, first: dt.date, last: dt.date, scope: DagScope,
+               components: ComponentsConfig | None = None) -> list[DayRollup]:
+    """The days in `[first, last]` that have a rollup, oldest first, over `scope`."""
+    stored = store.daily.days(first.isoformat(), last.isoformat())
+    if scope.all_dags:
+        return stored
+    return [readable_day(store, d, scope, components) for d in stored]
+
+
+def run_href(dag_id: str | None, run_id: str | None, job: str | None = None) -> str | None:
+    """The run page, relative to the fleet page (`/ett/`), path parts quoted; with the job
+    id when it is not the one the DAG run's ids make."""
+    if not dag_id or not run_id:
+        return None
+    href = f"runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
+    if job is not None and job != job_id_for(dag_id, run_id):
+        href += f"?job={quote(job, safe='')}"
+    return href
+
+
+def _has_time(day: DayRollup) -> bool:
+    return day.fleet.e2e_s > 0
+
+
+def _point(day: DayRollup) -> models.DayPoint:
+    f = day.fleet
+    return models.DayPoint(day=day.day, jobs=f.jobs, ett_pct=f.ett_pct if _has_time(day) else None,
+                           gpu_hours=f.gpu_hours, gpu_hours_lost=f.gpu_hours_lost,
+                           provisional=day.provisional, synthetic_jobs=day.synthetic_jobs,
+                           computed_at=day.computed_at)
+
+
+def _builtins(value: object) -> Any:
+    return msgspec.to_builtins(value)
+
+
+def _detail(day: DayRollup, previous: DayRollup | None) -> models.Day:
+    change = None
+    if previous is not None and _has_time(previous) and _has_time(day):
+        change = day.fleet.ett_pct - previous.fleet.ett_pct
+    return models.Day(
+        day=day.day, tz=day.tz, lo=day.lo, hi=day.hi, computed_at=day.computed_at,
+        provisional=day.provisional, synthetic_jobs=day.synthetic_jobs,
+        components_file=day.components_file,
+        previous_day=previous.day if previous is not None else None, ett_pct_change=change,
+        fleet=models.Group(**_builtins(day.fleet)),
+        slo=[models.Slo(**_builtins(s)) for s in day.slo],
+        teams=[models.Team(**_builtins(t)) for t in day.teams],
+        tenants={k: models.Group(**_builtins(g)) for k, g in day.tenants.items()},
+        models={k: models.Group(**_builtins(g)) for k, g in day.models.items()},
+        what_if=[models.WhatIf(**_builtins(w), label=w.label)
+                 for w in sorted(day.what_if, key=lambda w: -w.gain_pts)],
+        top_runs=[models.RunLoss(**_builtins(r), href=run_href(r.dag_id, r.run_id, r.job))
+                  for r in day.top_runs],
+    )
+
+
+def _notes(days: Sequence[DayRollup], first: dt.date, last: dt.date,
+           scope: DagScope) -> list[str]:
+    if not days:
+        return [f"No rollup is stored for {first.isoformat()} to {last.isoformat()}: the "
+                "nightly DAG ett_fleet_rollup writes them (or run `airflow-ett rollup`)."]
+    notes = []
+    latest = days[-1]
+    if latest.provisional:
+        notes.append(f"{latest.day} is provisional: {latest.fleet.provisional_jobs} of its "
+                     f"{latest.fleet.jobs} jobs were still running when it was computed.")
+    if any(d.synthetic_jobs for d in days):
+        notes.append("Some jobs shown are synthetic (airflow-ett fleet simulate), not "
+                     "measured.")
+    if not scope.all_dags:
+        notes.append(f"Computed over the {len(scope.dag_ids)} DAG(s) you may read, not the "
+                     "whole fleet.")
+    return notes
+
+
+def fleet(store: EttStore, first: dt.date, last: dt.date, scope: DagScope, *,
+          figures: bool = False) -> models.Fleet:
+    days = fleet_days(store, first, last, scope)
+    latest = days[-1] if days else None
+    previous = days[-2] if len(days) > 1 else None
+    specs = None
+    if figures and days:
+        from airflow_ett.report.html import fleet_figures
+
+        specs = fleet_figures(days)
+    return models.Fleet(
+        first=first.isoformat(), last=last.isoformat(), scope=scope.model(),
+        days=[_point(d) for d in days],
+        latest=_detail(latest, previous) if latest is not None else None,
+        notes=_notes(days, first, last, scope), figures=specs)
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+class RunUnreadable(ValueError):
+    """The run's stored events do not describe one job (the message says why)."""
+
+
+def _share(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0
+
+
+def _published(events: Iterable[Event]) -> list[models.Published]:
+    return [models.Published(ts=e.ts, uri=e.uri) for e in events
+            if isinstance(e, ModelPublished)]
+
+
+def _last_hour(a: JobAttribution, now: float) -> models.Window | None:
+    if not a.provisional:
+        return None
+    from airflow_ett.ett.attribution import clip_to_window
+
+    w = clip_to_window(a, now - LAST_HOUR_S, now)
+    return models.Window(lo=w.lo, hi=w.hi, e2e_s=w.e2e_in_window_s, ett_pct=w.ett_pct,
+                         components_s=w.components_s)
+
+
+def _timeline(a: JobAttribution) -> tuple[models.Timeline, Any]:
+    from airflow_ett.report.timeline import run_timeline
+
+    tl = run_timeline(a)
+    return models.Timeline(rows=tl.rows, bars=[models.Bar(**_builtins(b)) for b in tl.bars],
+                           failures=[models.FailureMark(**_builtins(f))
+                                     for f in tl.failures]), tl
+
+
+def attribute_run(store: EttStore, dag_id: str, run_id: str, *, now: float,
+                  job: str | None = None) -> tuple[JobAttribution, list[Event]] | None:
+    """The run's attribution and events, or None when the store has none for it."""
+    from airflow_ett.ett.attribution import AttributionError, attribute_job
+
+    events = store.job_events(job or job_id_for(dag_id, run_id))
+    if not events:
+        return None
+    try:
+        attribution = attribute_job(events, now=now)
+    except AttributionError as exc:
+        raise RunUnreadable(f"the stored events of {dag_id} / {run_id} cannot be "
+                            f"attributed: {exc}") from None
+    if (attribution.dag_id, attribution.run_id) != (dag_id, run_id):
+        return None  # another DAG's run with the same job id (see the module docstring)
+    return attribution, events
+
+
+def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool = False,
+        job: str | None = None) -> models.Run | None:
+    found = attribute_run(store, dag_id, run_id, now=now, job=job)
+    if found is None:
+        return None
+    a, events = found
+    s = a.summary()
+    timeline, raw_timeline = _timeline(a)
+    specs = None
+    if figures:
+        from airflow_ett.report.html import timeline_figure
+
+        specs = {"timeline": timeline_figure(raw_timeline)}
+    phases = sorted(s.phases.items(), key=lambda kv: (-kv[1], kv[0]))
+    return models.Run(
+        job=s.job, dag_id=dag_id, run_id=run_id, tenant=s.tenant, model=s.model,
+        provisional=s.provisional, synthetic=s.synthetic, world_size=s.world_size,
+        submitted_at=s.submitted_at, ended_at=s.ended_at, now=now, ett_pct=s.ett_pct,
+        e2e_s=s.e2e_s, effective_s=s.effective_s, last_hour=_last_hour(a, now),
+        level1=models.Level1(
+            tts_s=s.tts_s, started=s.started, ttr_s=s.ttr_s, nof=s.nof,
+            attempts=len(s.attempts), failures_per_attempt=s.rates.failures_per_attempt,
+            failures_per_attempt_without_preemption=(
+                s.rates.failures_per_attempt_without_preemption),
+            csbt_s=s.csbt_s, checkpoint_saves=s.checkpoints.saves, shutdown_s=s.shutdown_s,
+            in_loop_waste_s=s.in_loop_waste_s,
+            model_available_after_release_s=s.model_available_after_release_s),
+        level2=[models.Component(component=c, seconds=s.components[c],
+                                 share_pct=_share(s.components[c], s.e2e_s))
+                for c in COMPONENTS],
+        phases=[models.Phase(phase=p, component=s.phase_components.get(p, "?"), seconds=v,
+                             share_pct=_share(v, s.e2e_s)) for p, v in phases],
+        attempts=[models.Attempt(**_builtins(x)) for x in s.attempts],
+        failures=[models.Failure(attempt=f.attempt, cause=f.cause, at=f.at,
+                                 during_tts=f.during_tts, ttr_s=f.ttr_s,
+                                 detection_s=f.detection_s,
+                                 ttr_from_detection_s=f.ttr_from_detection_s)
+                  for f in s.failures],
+        published=_published(events), timeline=timeline, warnings=list(s.warnings),
+        figures=specs)
+
+
+__all__ = ["DEFAULT_DAYS", "MAX_DAYS", "DagScope", "DaysError", "RunUnreadable",
+           "attribute_run", "days_asked", "fleet", "fleet_days", "job_day_of_row",
+           "readable_day", "run", "run_href"]

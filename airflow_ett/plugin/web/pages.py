@@ -1,0 +1,111 @@
+"""The HTML pages: the fleet (`/ett/`) and one run (`/ett/runs/<dag_id>/<run_id>`).
+
+Rendered on the server from the API's models (`data.py`), so a table shows the number the
+JSON API returns, with the report's formatting (`airflow_ett.report.html.fmt_*`); the
+charts are the report's plotly figure specs, drawn in the browser by the bundled plotly.js
+(`/ett/static/`, nothing from the internet) and `static/ett.js`, which follows the Airflow
+UI's light or dark theme (see there). Tables and numbers need no JavaScript.
+
+Escaping: Jinja2 autoescape for every value (tenant, job and phase names come from users);
+the figure JSON sits in `<script type="application/json">` with `<`, `>`, `&` escaped, and
+the figure builders escape user strings for plotly.js's own markup. The pages run no
+inline script, so the Content-Security-Policy (`app.py`) allows scripts from /ett/ only.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import functools
+import json
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+from markupsafe import Markup
+
+from airflow_ett.plugin.web import data, views
+from airflow_ett.plugin.web.access import DagScopeDep, fleet_access, run_access
+from airflow_ett.plugin.web.api import FromQuery, JobQuery, ToQuery, days_or_422, run_or_404
+from airflow_ett.plugin.web.deps import NowDep, StoreDep, TodayDep
+from airflow_ett.report import html as report
+
+router = APIRouter(include_in_schema=False)
+
+
+def script_json(value: object) -> Markup:
+    """JSON for a `<script type="application/json">`: no string in it can end the element."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return Markup(text)  # escaped just above: nothing in it is markup
+
+
+def _utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _nof(nof: dict[str, int]) -> str:
+    """`3 (infra 2, preemption 1)`: the total, then each cause that happened."""
+    causes = ", ".join(f"{k} {v}" for k, v in nof.items() if k != "total" and v)
+    return f"{nof.get('total', 0)}" + (f" ({causes})" if causes else "")
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("airflow_ett.plugin.web", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True)
+    env.filters.update(pct=report.fmt_pct, delta=report.fmt_delta, gpu_h=report.fmt_gpu_h,
+                       dur=report.fmt_duration, utc=_utc, nof=_nof,
+                       q=lambda v: quote(str(v), safe=""),
+                       rate=lambda v: "-" if v is None else f"{v:.3f}")
+    env.globals.update(colours=report.COMPONENT_COLOURS, cause_colours=report.CAUSE_COLOURS)
+    return env
+
+
+def page_context(request: Request) -> dict[str, Any]:
+    """What every page needs: where it lives, where Airflow's UI is, the chart themes."""
+    root = str(request.url_for("fleet_page").path).rstrip("/")
+    return {"root": root, "airflow": views.base_path(), "plotly_js": report.PLOTLY_JS_NAME,
+            "themes_json": script_json(report.THEMES),
+            "config_json": script_json(report.PLOTLY_CONFIG)}
+
+
+def render(request: Request, template: str, status_code: int = 200,
+           **context: Any) -> HTMLResponse:
+    body = environment().get_template(template).render(**page_context(request), **context)
+    return HTMLResponse(body, status_code=status_code)
+
+
+@router.get("/", name="fleet_page", dependencies=[Depends(fleet_access)])
+def fleet_page(request: Request, store: StoreDep, scope: DagScopeDep, today: TodayDep,
+               first: FromQuery = None, last: ToQuery = None) -> HTMLResponse:
+    lo, hi = days_or_422(first, last, today)
+    fleet = data.fleet(store, lo, hi, scope, figures=True)
+    tenants = sorted(fleet.latest.tenants.items(), key=lambda kv: (-kv[1].gpu_hours_lost, kv[0])
+                     ) if fleet.latest is not None else []
+    return render(request, "fleet.html.j2", fleet=fleet, tenants=tenants,
+                  figures_json=script_json(fleet.figures or {}),
+                  chart_titles={k: v["layout"].get("title", {}).get("text", k)
+                                for k, v in (fleet.figures or {}).items()})
+
+
+@router.get("/runs/{dag_id}/{run_id}", name="run_page", dependencies=[Depends(run_access)])
+def run_page(request: Request, dag_id: str, run_id: str, store: StoreDep,
+             now: NowDep, job: JobQuery = None) -> HTMLResponse:
+    found = run_or_404(store, dag_id, run_id, now, figures=True, job=job)
+    figures = copy.deepcopy(found.figures or {})
+    for spec in figures.values():
+        # The page's header names the run: the report's long chart title would be cut off
+        # in the UI's narrower iframe.
+        layout = spec.get("layout", {})
+        layout.get("title", {})["text"] = ""
+        layout.setdefault("margin", {})["t"] = 40  # room for the legend above the plot
+    return render(request, "run.html.j2", run=found, figures_json=script_json(figures))

@@ -1,0 +1,107 @@
+/* The ETT pages' one script (airflow_ett/plugin/web): follow the Airflow UI's theme, draw
+   the plotly figures the page carries (in <script type="application/json"> elements).
+
+   Theme: Airflow 3's UI keeps its choice with next-themes (localStorage "theme": light,
+   dark or system) and puts the resolved one as a class, "light" or "dark", on its <html>.
+   It passes nothing to the iframes of its external views, but they are same-origin
+   (sandbox allow-same-origin), so this page reads the parent's <html> class, and watches
+   it, to switch with the UI at once; opened on its own, it reads the same localStorage
+   key, and else the browser's prefers-color-scheme. */
+(function () {
+  "use strict";
+
+  var media = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+  var root = document.documentElement;
+
+  function parentRoot() {
+    try {
+      if (window.parent && window.parent !== window && window.parent.document) {
+        return window.parent.document.documentElement;
+      }
+    } catch (e) { /* another origin: not Airflow's UI */ }
+    return null;
+  }
+
+  function currentTheme() {
+    var outer = parentRoot();
+    if (outer) {
+      if (outer.classList.contains("dark")) { return "dark"; }
+      if (outer.classList.contains("light")) { return "light"; }
+    }
+    try {
+      var stored = window.localStorage.getItem("theme");
+      if (stored === "dark" || stored === "light") { return stored; }
+    } catch (e) { /* storage blocked */ }
+    return media && media.matches ? "dark" : "light";
+  }
+
+  function read(id) {
+    var node = document.getElementById(id);
+    return node ? JSON.parse(node.textContent) : null;
+  }
+  var figures = read("ett-figures") || {};
+  var themes = read("ett-themes") || {};
+  var config = read("ett-plotly-config") || {};
+  var nodes = Array.prototype.slice.call(document.querySelectorAll("[data-figure]"));
+
+  function isObject(v) { return v !== null && typeof v === "object" && !Array.isArray(v); }
+  function merge(a, b) {
+    var out = {}, k;
+    for (k in a) { out[k] = a[k]; }
+    for (k in b) { out[k] = isObject(a[k]) && isObject(b[k]) ? merge(a[k], b[k]) : b[k]; }
+    return out;
+  }
+  function themed(layout, theme) {
+    var patch = themes[theme] || { layout: {}, axis: {} };
+    var out = merge(layout, patch.layout);
+    ["xaxis", "yaxis"].forEach(function (k) { out[k] = merge(layout[k] || {}, patch.axis); });
+    return out;
+  }
+
+  function draw(theme) {
+    if (typeof Plotly === "undefined") {
+      nodes.forEach(function (n) { n.setAttribute("data-error", "plotly.js did not load"); });
+      return;
+    }
+    nodes.forEach(function (node) {
+      var fig = figures[node.getAttribute("data-figure")];
+      if (!fig) { return; }
+      if (!node.classList.contains("js-plotly-plot")) { node.replaceChildren(); }
+      Plotly.react(node, fig.data, themed(fig.layout, theme), config);
+    });
+  }
+
+  // Inside the UI, its own background and text colours (on its <html>), so the page
+  // does not sit in the UI as a box of another shade.
+  function takeColours() {
+    var outer = parentRoot();
+    if (!outer) { return; }
+    root.style.removeProperty("--bg");
+    root.style.removeProperty("--fg");
+    var style = window.parent.getComputedStyle(outer);
+    var bg = style.backgroundColor;
+    if (bg && bg !== "transparent" && !/rgba\(.*,\s*0\)$/.test(bg)) {
+      root.style.setProperty("--bg", bg);
+      root.style.setProperty("--fg", style.color);
+    }
+  }
+
+  var shown = null;
+  function apply() {
+    var theme = currentTheme();
+    if (theme === shown) { return; }
+    shown = theme;
+    root.setAttribute("data-theme", theme);
+    takeColours();
+    draw(theme);
+  }
+
+  if (parentRoot()) { root.setAttribute("data-embedded", "true"); }
+  apply();
+  var outer = parentRoot();
+  if (outer && window.MutationObserver) {
+    new MutationObserver(apply).observe(outer, { attributes: true, attributeFilter: ["class"] });
+  }
+  if (media && media.addEventListener) { media.addEventListener("change", apply); }
+  window.addEventListener("storage", function (e) { if (e.key === "theme") { apply(); } });
+})();

@@ -1,0 +1,226 @@
+"""The ETT pages inside the real Airflow UI, in a real headless Chromium (Debian's
+`chromium`, driven by Python Playwright with `executable_path`; Playwright's own browser
+download is never used), against the API server of tests/plugin/web/site.py.
+
+In the light and the dark colour scheme (Airflow's UI follows the system's by default):
+log in through Airflow's own login page; open the "ETT" entry of Airflow's navigation and
+check, inside the UI's iframe, that the fleet page shows the store's figures, that its four
+charts are drawn and that it took the UI's theme; open the run's page in Airflow, its
+"ETT breakdown" tab, and check the run's figures against `airflow_ett.plugin.web.data`
+computed from the same store at the page's own `now`. Then switch the UI's theme under a
+loaded page and see the page follow. No request may leave 127.0.0.1, no console error,
+CSP report or dialog may come from the ETT pages.
+
+Screenshots (look at them): `$ETT_TEST_ARTIFACTS/pages/` (default tests/artifacts/pages/):
+ui-fleet-<scheme>.png and ui-run-<scheme>.png (the Airflow UI with the page in its iframe),
+ett-fleet-<scheme>.png and ett-run-<scheme>.png (the pages alone, full length).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_ett.plugin.web import data
+from airflow_ett.report import html as report
+from airflow_ett.store import EttStore
+from tests.plugin.web import fleet as F
+from tests.plugin.web.site import Site, ett_site, quote
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+# ../shared/TESTING.md "Browser tests": without the background-networking flags the
+# browser's own connections (refused on a closed network) fill the log.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT_MS = 60_000
+
+
+def artifacts_dir() -> Path:
+    base = os.environ.get("ETT_TEST_ARTIFACTS")
+    out = (Path(base) if base else ROOT / "tests" / "artifacts") / "pages"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def chromium() -> str:
+    found = str(CHROMIUM) if CHROMIUM.is_file() else shutil.which("chromium")
+    if not found:
+        pytest.skip("no Chromium: the browser tests need Debian's chromium package "
+                    "(apt-get install -y chromium; make setup installs it)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    with ett_site(tmp_path_factory.mktemp("ett-pages-browser")) as s:
+        yield s
+
+
+class Watch:
+    """What the ETT pages did wrong in one browser context: console errors (a CSP
+    violation is one), uncaught exceptions, dialogs, requests that left the machine."""
+
+    def __init__(self, context: Any, page: Any) -> None:
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        self.dialogs: list[str] = []
+
+        def console(message: Any) -> None:
+            where = (message.location or {}).get("url", "")
+            if message.type == "error" and "/ett/" in where:
+                self.errors.append(f"{where}: {message.text}")
+
+        def route(r: Any) -> None:
+            if r.request.url.startswith(("http://127.0.0.1", "data:", "blob:", "about:")):
+                r.continue_()
+            else:
+                self.outside.append(r.request.url)
+                r.abort()
+
+        context.route("**/*", route)
+        page.on("console", console)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+    def check(self) -> None:
+        assert not self.errors, self.errors
+        assert not self.outside, self.outside
+        assert not self.dialogs, self.dialogs
+
+
+def _login(page: Any, site: Site, user: str) -> None:
+    page.goto(site.url + "/")
+    page.wait_for_selector("input[name=username]", timeout=WAIT_MS)  # Airflow's login page
+    assert "/auth/login" in page.url
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", site.password(user))
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("link", name="ETT").wait_for(timeout=WAIT_MS)
+
+
+def _ett_frame(page: Any, marker: str) -> Any:
+    """The UI's iframe whose ETT page has `marker` (an element id) drawn."""
+    page.wait_for_function(
+        "m => Array.from(document.querySelectorAll('iframe')).some(f => "
+        "f.contentDocument && f.contentDocument.getElementById(m))", arg=marker,
+        timeout=WAIT_MS)
+    frame = next(f for f in page.frames if "/ett/" in f.url)
+    frame.wait_for_function(
+        "() => document.querySelectorAll('[data-figure]').length > 0 && "
+        "document.querySelectorAll('[data-figure]').length === "
+        "document.querySelectorAll('.js-plotly-plot').length", timeout=WAIT_MS)
+    return frame
+
+
+def _text(frame: Any, selector: str) -> str:
+    return str(frame.locator(selector).first.inner_text()).strip()
+
+
+def _check_fleet(frame: Any, site: Site) -> None:
+    with EttStore(site.store_url) as store:
+        last = store.daily.day(site.fleet.last.isoformat())
+    assert last is not None and last == site.fleet.days[-1]
+    assert _text(frame, "#fleet-ett") == report.fmt_pct(last.fleet.ett_pct)
+    assert _text(frame, "#fleet-jobs") == f"{last.fleet.jobs:,}"
+    assert _text(frame, "#fleet-gpu-hours") == report.fmt_gpu_h(last.fleet.gpu_hours)
+    assert _text(frame, "#fleet-lost") == report.fmt_gpu_h(last.fleet.gpu_hours_lost)
+    for row in last.slo:
+        cell = f'tr[data-component="{row.component}"] td[data-share]'
+        assert _text(frame, cell) == f"{report.fmt_pct(row.share_pct)}%", row.component
+    plotted = frame.evaluate("() => Array.from(document.querySelectorAll('[data-figure]'))"
+                             ".map(n => [n.getAttribute('data-figure'), "
+                             "(n._fullData || []).length])")
+    assert [k for k, _ in plotted] == list(report.FLEET_FIGURES)
+    assert all(n > 0 for _, n in plotted), plotted
+
+
+def _check_run(frame: Any, site: Site) -> None:
+    now = float(frame.locator("header[data-now]").get_attribute("data-now"))
+    with EttStore(site.store_url) as store:
+        run = data.run(store, F.DAG_A, site.run_id, now=now)
+    assert run is not None and run.provisional and run.last_hour is not None
+    assert _text(frame, "#run-ett") == report.fmt_pct(run.ett_pct)
+    assert _text(frame, "#run-last-hour") == report.fmt_pct(run.last_hour.ett_pct)
+    assert _text(frame, "#run-e2e") == report.fmt_duration(run.e2e_s)
+    assert _text(frame, "#run-attempts") == str(run.level1.attempts)
+    for c in run.level2:
+        cell = f'#level2 tr[data-component="{c.component}"] td[data-share]'
+        assert _text(frame, cell) == f"{report.fmt_pct(c.share_pct)}%", c.component
+    assert frame.locator("#provisional").count() == 1
+
+
+def _theme(frame: Any) -> str:
+    return str(frame.evaluate("() => document.documentElement.getAttribute('data-theme')"))
+
+
+def test_the_ett_pages_in_the_airflow_ui(site: Site) -> None:
+    executable = chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+    out = artifacts_dir()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        try:
+            for scheme in ("light", "dark"):
+                _one_scheme(browser, site, scheme, out)
+        finally:
+            browser.close()
+    for name in ("ui-fleet", "ui-run", "ett-fleet", "ett-run"):
+        for scheme in ("light", "dark"):
+            assert (out / f"{name}-{scheme}.png").stat().st_size > 30_000, name
+
+
+def _one_scheme(browser: Any, site: Site, scheme: str, out: Path) -> None:
+    context = browser.new_context(viewport={"width": 1440, "height": 1000},
+                                  color_scheme=scheme, service_workers="block")
+    page = context.new_page()
+    watch = Watch(context, page)
+    try:
+        _login(page, site, "admin")
+        # The "ETT" entry of Airflow's navigation: the fleet page in the UI's iframe.
+        page.get_by_role("link", name="ETT").click()
+        page.wait_for_url("**/plugin/ett**", timeout=WAIT_MS)
+        frame = _ett_frame(page, "fleet-ett")
+        _check_fleet(frame, site)
+        assert _theme(frame) == scheme
+        page.screenshot(path=str(out / f"ui-fleet-{scheme}.png"))
+
+        # The run's page in Airflow, its "ETT breakdown" tab.
+        page.goto(f"{site.url}/dags/{F.DAG_A}/runs/{quote(site.run_id)}")
+        page.get_by_role("link", name="ETT breakdown").click()
+        page.wait_for_url("**/plugin/ett_breakdown**", timeout=WAIT_MS)
+        frame = _ett_frame(page, "run-ett")
+        _check_run(frame, site)
+        assert _theme(frame) == scheme
+        page.screenshot(path=str(out / f"ui-run-{scheme}.png"))
+
+        # The UI switches theme (next-themes swaps the class on its <html>): the page follows.
+        other = "dark" if scheme == "light" else "light"
+        page.evaluate(f"document.documentElement.classList.replace('{scheme}', '{other}')")
+        frame.wait_for_function(f"() => document.documentElement.dataset.theme === '{other}'",
+                                timeout=WAIT_MS)
+        colour = frame.evaluate("() => document.querySelector('[data-figure]')"
+                                "._fullLayout.font.color")
+        assert colour == report.THEMES[other]["layout"]["font"]["color"]
+
+        # The pages alone, full length, for a reader of the screenshots.
+        for name, path in (("ett-fleet", "/ett/"),
+                           ("ett-run", f"/ett/runs/{F.DAG_A}/{quote(site.run_id)}")):
+            page.goto(site.url + path)
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length"
+                                   " === document.querySelectorAll('[data-figure]').length",
+                                   timeout=WAIT_MS)
+            page.wait_for_timeout(300)  # plotly's last (responsive) redraw
+            page.screenshot(path=str(out / f"{name}-{scheme}.png"), full_page=True)
+    finally:
+        context.close()
+    watch.check()

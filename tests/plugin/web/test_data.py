@@ -1,0 +1,188 @@
+"""The pages' figures (`airflow_ett.plugin.web.data`) against the store they are read from.
+
+The fleet over the DAGs a user may read is recomputed from the per-job rows: with every
+DAG readable it must give back the stored days exactly, and with one DAG it must equal a
+rollup made straight from that DAG's events (not from the rows), so the two paths cannot
+share a mistake. A run's figures must equal the store's own summary of the job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import msgspec
+import pytest
+
+from airflow_ett.ett.attribution import attribute_job, clip_to_window
+from airflow_ett.jobs import job_id_for
+from airflow_ett.plugin.web import data
+from airflow_ett.plugin.web.data import DagScope, DaysError, days_asked
+from airflow_ett.rollup import DayWindow, job_day, load_components, rollup_day
+from airflow_ett.store import EttStore
+from tests.plugin.web import fleet as F
+
+TODAY = dt.date(2026, 11, 28)
+ONLY_A = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A}))
+
+
+@pytest.mark.parametrize(("first", "last", "expected"), [
+    (None, None, (dt.date(2026, 11, 15), TODAY)),
+    (dt.date(2026, 11, 1), None, (dt.date(2026, 11, 1), dt.date(2026, 11, 14))),
+    (None, dt.date(2026, 11, 14), (dt.date(2026, 11, 1), dt.date(2026, 11, 14))),
+    (TODAY, TODAY, (TODAY, TODAY)),
+    (dt.date(2026, 9, 1), dt.date(2026, 11, 30), (dt.date(2026, 9, 1), dt.date(2026, 11, 30))),
+])
+def test_days_asked(first: dt.date | None, last: dt.date | None,
+                    expected: tuple[dt.date, dt.date]) -> None:
+    assert days_asked(first, last, TODAY) == expected
+
+
+def test_days_asked_refuses_a_reversed_or_long_range() -> None:
+    with pytest.raises(DaysError, match="to: 2026-11-27 is before from: 2026-11-28"):
+        days_asked(TODAY, TODAY - dt.timedelta(days=1), TODAY)
+    longest = TODAY - dt.timedelta(days=data.MAX_DAYS - 1)
+    assert days_asked(longest, TODAY, TODAY) == (longest, TODAY)
+    with pytest.raises(DaysError, match=f"from/to: {data.MAX_DAYS + 1} days; at most "
+                                        f"{data.MAX_DAYS}"):
+        days_asked(longest - dt.timedelta(days=1), TODAY, TODAY)
+
+
+def test_scope_allows() -> None:
+    assert DagScope(all_dags=True).allows(None) and DagScope(all_dags=True).allows("x")
+    assert ONLY_A.allows(F.DAG_A)
+    assert not ONLY_A.allows(F.DAG_SECRET) and not ONLY_A.allows(None)
+    assert ONLY_A.model().readable_dags == 1
+    assert DagScope(all_dags=True).model().readable_dags is None
+
+
+def test_every_dag_readable_gives_back_the_stored_days(store: EttStore, fleet: F.Fleet) -> None:
+    everything = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, F.DAG_SECRET}))
+    for stored in fleet.days:
+        if stored.day == "2026-11-26":  # the CLI job of day 1 has no DAG: not readable
+            continue
+        assert msgspec.structs.asdict(data.readable_day(store, stored, everything)) == \
+            msgspec.structs.asdict(stored)
+    # Every row, the CLI job's too, rebuilds each stored day exactly.
+    for stored in fleet.days:
+        window = DayWindow(day=dt.date.fromisoformat(stored.day), tz="UTC", lo=stored.lo,
+                           hi=stored.hi)
+        parts = [data.job_day_of_row(r) for r in store.daily.job_rows(stored.day)]
+        assert rollup_day(window, parts, load_components(),
+                          computed_at=stored.computed_at) == stored
+
+
+def test_a_restricted_day_equals_a_rollup_of_that_dags_events(store: EttStore,
+                                                             fleet: F.Fleet) -> None:
+    day2 = next(d for d in fleet.days if d.day == "2026-11-27")
+    window = DayWindow(day=dt.date(2026, 11, 27), tz="UTC", lo=day2.lo, hi=day2.hi)
+    a1 = attribute_job(store.job_events(job_id_for(F.DAG_A, "scheduled__a1")), now=fleet.now)
+    part = job_day(a1, window, gpus=a1.world_size)
+    assert part is not None
+    expected = rollup_day(window, [part], load_components(), computed_at=day2.computed_at)
+    got = data.readable_day(store, day2, ONLY_A)
+    assert got == expected
+    assert got.fleet.jobs == 1 and set(got.tenants) == {"ads-ranking"}
+    assert [r.dag_id for r in got.top_runs] == [F.DAG_A]
+    assert day2.fleet.jobs == 2 and "search" in day2.tenants  # the stored day has both
+
+
+def test_a_restricted_fleet_hides_the_other_dags_jobs(store: EttStore, fleet: F.Fleet) -> None:
+    view = data.fleet(store, fleet.first, fleet.last, ONLY_A, figures=True)
+    text = view.model_dump_json()
+    for hidden in (F.DAG_SECRET, "search", "two_tower", "cli-c1", "research"):
+        assert hidden not in text
+    assert [p.jobs for p in view.days] == [1, 1, 1]
+    assert view.scope.all_dags is False and view.scope.readable_dags == 1
+    assert any("1 DAG(s) you may read" in n for n in view.notes)
+
+
+def test_the_fleet_view_of_the_stored_days(store: EttStore, fleet: F.Fleet) -> None:
+    from airflow_ett.report.html import fleet_figures
+
+    view = data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True), figures=True)
+    last, before = fleet.days[-1], fleet.days[-2]
+    assert [p.day for p in view.days] == [d.day for d in fleet.days]
+    assert [p.ett_pct for p in view.days] == [d.fleet.ett_pct for d in fleet.days]
+    assert view.latest is not None and view.latest.day == last.day
+    assert view.latest.fleet.ett_pct == last.fleet.ett_pct
+    assert view.latest.ett_pct_change == pytest.approx(last.fleet.ett_pct - before.fleet.ett_pct)
+    assert view.latest.previous_day == before.day
+    assert [w.gain_pts for w in view.latest.what_if] == sorted(
+        (w.gain_pts for w in last.what_if), reverse=True)
+    assert view.figures == fleet_figures(fleet.days)
+    assert [r.href for r in view.latest.top_runs] == [
+        f"runs/{F.DAG_A}/{fleet.running_run_id}"]
+    assert any("provisional" in n for n in view.notes)
+    assert data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True)).figures is None
+
+
+def test_a_window_with_no_rollup_says_so(store: EttStore) -> None:
+    view = data.fleet(store, dt.date(2020, 1, 1), dt.date(2020, 1, 5), DagScope(all_dags=True))
+    assert view.days == [] and view.latest is None
+    assert "No rollup is stored for 2020-01-01 to 2020-01-05" in view.notes[0]
+
+
+def test_run_href_quotes_the_path_parts() -> None:
+    assert data.run_href("d", "manual__2026-11-28T10:00:00+00:00") == (
+        "runs/d/manual__2026-11-28T10%3A00%3A00%2B00%3A00")
+    assert data.run_href("a/b", "c d") == "runs/a%2Fb/c%20d"
+    assert data.run_href(None, "r") is None and data.run_href("d", None) is None
+    assert data.run_href("d", "r", "d__r") == "runs/d/r"  # the job id the run's ids make
+    assert data.run_href("d", "r", "sim-0 x") == "runs/d/r?job=sim-0%20x"
+
+
+def test_a_finished_run_has_the_stores_figures(store: EttStore, fleet: F.Fleet) -> None:
+    run = data.run(store, F.DAG_A, "scheduled__a1", now=fleet.now, figures=True)
+    assert run is not None
+    summary = store.job_summary(job_id_for(F.DAG_A, "scheduled__a1"), now=fleet.now)
+    assert (run.ett_pct, run.e2e_s, run.effective_s) == (
+        summary.ett_pct, summary.e2e_s, summary.effective_s)
+    assert {c.component: c.seconds for c in run.level2} == summary.components
+    assert sum(c.share_pct for c in run.level2) == pytest.approx(100.0)
+    assert run.level1.tts_s == summary.tts_s and run.level1.ttr_s == summary.ttr_s
+    assert run.level1.nof["infra"] == 1 and run.level1.attempts == 2
+    assert [a.status for a in run.attempts] == ["failed", "success"]
+    assert [f.cause for f in run.failures] == ["infra"]
+    assert [p.uri for p in run.published] == [F.MODEL_URI]
+    assert run.level1.model_available_after_release_s == pytest.approx(90.0)
+    assert run.provisional is False and run.last_hour is None
+    assert [p.seconds for p in run.phases] == sorted((p.seconds for p in run.phases),
+                                                     reverse=True)
+    assert run.timeline.rows == ["scheduling", "1", "2"]
+    assert run.figures is not None and set(run.figures) == {"timeline"}
+
+
+def test_a_running_run_is_provisional_with_its_last_hour(store: EttStore,
+                                                        fleet: F.Fleet) -> None:
+    run = data.run(store, F.DAG_A, fleet.running_run_id, now=fleet.now)
+    assert run is not None and run.provisional and run.published == []
+    assert run.ended_at == fleet.now and run.e2e_s == pytest.approx(7200.0)
+    a = attribute_job(store.job_events(job_id_for(F.DAG_A, fleet.running_run_id)),
+                      now=fleet.now)
+    hour = clip_to_window(a, fleet.now - 3600, fleet.now)
+    assert run.last_hour is not None
+    assert (run.last_hour.lo, run.last_hour.hi) == (fleet.now - 3600, fleet.now)
+    assert run.last_hour.ett_pct == hour.ett_pct and run.last_hour.e2e_s == 3600.0
+    assert run.last_hour.ett_pct != run.ett_pct  # the hour is not the whole run
+
+
+def test_a_run_is_found_only_under_its_own_dag(store: EttStore, fleet: F.Fleet) -> None:
+    # ("ett_pages_ranking__scheduled", "a1") names the same job id as A1's: the job's own
+    # DAG is ett_pages_ranking, so a user allowed that other DAG must not get A1 this way.
+    assert job_id_for(F.DAG_A + "__scheduled", "a1") == job_id_for(F.DAG_A, "scheduled__a1")
+    assert data.run(store, F.DAG_A + "__scheduled", "a1", now=fleet.now) is None
+    assert data.run(store, F.DAG_A, "no_such_run", now=fleet.now) is None
+
+
+def test_a_job_named_otherwise_is_found_by_its_id_under_its_own_run(empty_store: EttStore
+                                                                    ) -> None:
+    from airflow_ett.ett.synthetic import JobSpec, simulate
+
+    empty_store.insert_events(simulate(JobSpec(job="sim-7-0001", dag_id="sim_ranking",
+                                               run_id="sim__0001", submit_ts=F.NOW - 4000)))
+    run = data.run(empty_store, "sim_ranking", "sim__0001", now=F.NOW, job="sim-7-0001")
+    assert run is not None and run.job == "sim-7-0001"
+    assert data.run(empty_store, "sim_ranking", "sim__0001", now=F.NOW) is None
+    # the id of a job of another DAG (or run) finds nothing under this path
+    assert data.run(empty_store, F.DAG_A, "sim__0001", now=F.NOW, job="sim-7-0001") is None
+    assert data.run(empty_store, "sim_ranking", "other", now=F.NOW, job="sim-7-0001") is None
