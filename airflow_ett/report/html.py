@@ -34,7 +34,6 @@ import functools
 import html
 import itertools
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -48,6 +47,7 @@ from markupsafe import Markup
 from airflow_ett._fs import atomic_write
 from airflow_ett.ett.events import FAILURE_CAUSES
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
+from airflow_ett.report.formatting import fmt_delta, fmt_duration, fmt_gpu_h, fmt_pct
 from airflow_ett.report.timeline import OUTSIDE_ATTEMPTS, RunTimeline
 from airflow_ett.rollup.day import DayRollup
 
@@ -111,41 +111,6 @@ _SLO_MIN: Final = re.compile(r"^>=\s*([0-9]+(?:\.[0-9]+)?)%$")
 
 
 # -- formatting (shared by the headline and the tables) ------------------------------
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def fmt_pct(value: float | None) -> str:
-    """ETT% and shares: one decimal, `-` for none (as the text report)."""
-    v = _finite(value)
-    return "-" if v is None else f"{v:.1f}"
-
-
-def fmt_delta(value: float | None) -> str:
-    v = _finite(value)
-    return "-" if v is None else f"{v:+.1f}"
-
-
-def fmt_gpu_h(value: float | None) -> str:
-    """GPU-hours: whole hours with separators from 100 up (`18,430`); below, the two
-    decimals a small fleet needs to show anything (`12.34`, `0.28`). As report/text.py."""
-    v = _finite(value)
-    if v is None:
-        return "-"
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}"
-
-
-def fmt_duration(seconds: float | None) -> str:
-    v = _finite(seconds)
-    if v is None:
-        return "-"
-    if abs(v) >= 3600:
-        return f"{v / 3600:.2f} h"
-    if abs(v) >= 120:
-        return f"{v / 60:.1f} min"
-    return f"{v:.1f} s"
-
 
 def _utc(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -13,26 +13,13 @@ from rich.console import Group, RenderableType
 
 from airflow_ett.cli.console import Column, Text, indent, table
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
+from airflow_ett.report.formatting import fmt_duration, fmt_gpu_h
 from airflow_ett.rollup import DayRollup, GroupFigures
 from airflow_ett.rollup.components import SloStatus
 
 TOP_WHAT_IF = 6
 TOP_RUNS = 5
 _STATUS_TEXT: dict[SloStatus, str] = {"ok": "ok", "breach": "BREACH", "none": "-"}
-
-
-def gpu_h(hours: float) -> str:
-    return f"{hours:,.0f}" if abs(hours) >= 100 else f"{hours:,.2f}"
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value) >= 3600:
-        return f"{value / 3600:.2f} h"
-    if abs(value) >= 120:
-        return f"{value / 60:.1f} min"
-    return f"{value:.1f} s"
 
 
 def _change(now: float, before: float | None) -> str:
@@ -49,7 +36,7 @@ def _headline(name: str, g: GroupFigures, day: DayRollup, before: GroupFigures |
     line = Text.assemble(
         (f"{name} ETT% {g.ett_pct:.1f}{_change(g.ett_pct, before.ett_pct if before else None)}",
          "bold" if terminal else ""),
-        f"   jobs {g.jobs}   GPU-h {gpu_h(g.gpu_hours)}   lost {gpu_h(g.gpu_hours_lost)}"
+        f"   jobs {g.jobs}   GPU-h {fmt_gpu_h(g.gpu_hours)}   lost {fmt_gpu_h(g.gpu_hours_lost)}"
         f"   day {day.day} ({day.tz})")
     out: list[RenderableType] = [line]
     notes = []
@@ -69,7 +56,7 @@ def _components(g: GroupFigures, day: DayRollup, terminal: bool) -> RenderableTy
         slo = policies[c]
         share = g.shares_pct[c]
         status: SloStatus = "none" if not g.e2e_s else _verdict(slo.target, share)
-        lost = "-" if c == EFFECTIVE else gpu_h(g.gpu_hours_lost_by_component.get(c, 0.0))
+        lost = "-" if c == EFFECTIVE else fmt_gpu_h(g.gpu_hours_lost_by_component.get(c, 0.0))
         rows.append((c, f"{share:.1f}%", lost, slo.owner, slo.target,
                      _status_cell(status, terminal)))
     return table(["component", Column("share", justify="right"),
@@ -90,8 +77,8 @@ def _verdict(target: str, share: float) -> SloStatus:
 def _failures(g: GroupFigures) -> list[RenderableType]:
     causes = ", ".join(f"{k} {v}" for k, v in g.nof.items() if k != "total" and v)
     return [
-        Text(f"TTS p50 {seconds(g.tts_p50_s)} p90 {seconds(g.tts_p90_s)}   "
-             f"TTR p50 {seconds(g.ttr_p50_s)} p90 {seconds(g.ttr_p90_s)}"),
+        Text(f"TTS p50 {fmt_duration(g.tts_p50_s)} p90 {fmt_duration(g.tts_p90_s)}   "
+             f"TTR p50 {fmt_duration(g.ttr_p50_s)} p90 {fmt_duration(g.ttr_p90_s)}"),
         Text(f"failures per attempt: {g.failures_per_attempt:.3f} "
              f"({g.failures_per_attempt_without_preemption:.3f} without preemption); "
              f"NoF {g.nof['total']}" + (f" ({causes})" if causes else "")
@@ -103,12 +90,12 @@ def _fleet_extras(day: DayRollup, terminal: bool) -> list[RenderableType]:
     teams = table(["team", "components", Column("share", justify="right"),
                    Column("GPU-h lost", justify="right"), "SLO breaches"],
                   [(t.team, ", ".join(t.components), f"{t.share_pct:.1f}%",
-                    gpu_h(t.gpu_hours_lost), ", ".join(t.breaches) or "-") for t in day.teams],
+                    fmt_gpu_h(t.gpu_hours_lost), ", ".join(t.breaches) or "-") for t in day.teams],
                   terminal=terminal)
     what_if = table(["what-if (largest gain first)", Column("fleet ETT%", justify="right"),
                      Column("gain", justify="right"), Column("GPU-h saved", justify="right")],
                     [(w.label, f"{w.ett_pct_after:.1f}", f"{w.gain_pts:+.2f}",
-                      gpu_h(w.gpu_hours_saved)) for w in day.what_if[:TOP_WHAT_IF]],
+                      fmt_gpu_h(w.gpu_hours_saved)) for w in day.what_if[:TOP_WHAT_IF]],
                     terminal=terminal)
     return [Text(), Text("teams"), indent(teams), Text(), indent(what_if)]
 
@@ -119,7 +106,7 @@ def _worst_runs(day: DayRollup, tenant: str | None, terminal: bool) -> list[Rend
         return []
     grid = table(["worst runs", "tenant", Column("GPU-h lost", justify="right"),
                   Column("ETT%", justify="right"), "most lost in"],
-                 [(r.job, r.tenant, gpu_h(r.gpu_hours_lost), f"{r.ett_pct:.1f}",
+                 [(r.job, r.tenant, fmt_gpu_h(r.gpu_hours_lost), f"{r.ett_pct:.1f}",
                    r.worst_component + (" (running)" if r.provisional else ""))
                   for r in runs], terminal=terminal)
     return [Text(), indent(grid)]
@@ -155,7 +142,7 @@ def trend_view(days: Sequence[DayRollup], *, tenant: str | None = None,
             continue
         note = "provisional" if g.provisional_jobs else ""
         rows.append((day.day, f"{g.ett_pct:.1f}", _change(g.ett_pct, previous).strip(" ()"),
-                     str(g.jobs), gpu_h(g.gpu_hours), gpu_h(g.gpu_hours_lost), note))
+                     str(g.jobs), fmt_gpu_h(g.gpu_hours), fmt_gpu_h(g.gpu_hours_lost), note))
         previous = g.ett_pct
     return table(["day", Column("ETT%", justify="right"), Column("change", justify="right"),
                   Column("jobs", justify="right"), Column("GPU-h", justify="right"),

@@ -18,8 +18,6 @@ ett-fleet-<scheme>.png and ett-run-<scheme>.png (the pages alone, full length).
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,33 +27,15 @@ import pytest
 from airflow_ett.plugin.web import data
 from airflow_ett.report import html as report
 from airflow_ett.store import EttStore
+from tests.browser import FLAGS, artifacts_dir, chromium
 from tests.plugin.web import fleet as F
 from tests.plugin.web.site import Site, ett_site, quote
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-# ../shared/TESTING.md "Browser tests": without the background-networking flags the
-# browser's own connections (refused on a closed network) fill the log.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_MS = 60_000
 
 
-def artifacts_dir() -> Path:
-    base = os.environ.get("ETT_TEST_ARTIFACTS")
-    out = (Path(base) if base else ROOT / "tests" / "artifacts") / "pages"
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def chromium() -> str:
-    found = str(CHROMIUM) if CHROMIUM.is_file() else shutil.which("chromium")
-    if not found:
-        pytest.skip("no Chromium: the browser tests need Debian's chromium package "
-                    "(apt-get install -y chromium; make setup installs it)")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +146,7 @@ def test_the_ett_pages_in_the_airflow_ui(site: Site) -> None:
     sync_api = pytest.importorskip(
         "playwright.sync_api",
         reason="Playwright is not installed (a dev dependency: pip install playwright)")
-    out = artifacts_dir()
+    out = artifacts_dir("pages")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
         try:

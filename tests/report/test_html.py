@@ -24,6 +24,7 @@ import pytest
 from airflow_ett.ett.attribution import attribute_job
 from airflow_ett.ett.events import FAILURE_CAUSES, Event
 from airflow_ett.ett.phases import COMPONENTS
+from airflow_ett.report import formatting as fmt
 from airflow_ett.report import html as report
 from airflow_ett.report.timeline import run_timeline
 from airflow_ett.rollup import day_window
@@ -120,14 +121,14 @@ def test_the_tables_hold_the_components_what_if_and_top_runs() -> None:
 ])
 def test_gpu_hours_are_formatted_for_fleets_large_and_small(value: float | None,
                                                             text: str) -> None:
-    assert report.fmt_gpu_h(value) == text
+    assert fmt.fmt_gpu_h(value) == text
 
 
 def test_percentages_changes_and_durations_are_formatted_as_the_text_report() -> None:
-    assert (report.fmt_pct(91.44), report.fmt_pct(None)) == ("91.4", "-")
-    assert (report.fmt_delta(0.6), report.fmt_delta(-0.04), report.fmt_delta(0.0)) == (
+    assert (fmt.fmt_pct(91.44), fmt.fmt_pct(None)) == ("91.4", "-")
+    assert (fmt.fmt_delta(0.6), fmt.fmt_delta(-0.04), fmt.fmt_delta(0.0)) == (
         "+0.6", "-0.0", "+0.0")
-    assert [report.fmt_duration(s) for s in (59.94, 700, 5400, None)] == [
+    assert [fmt.fmt_duration(s) for s in (59.94, 700, 5400, None)] == [
         "59.9 s", "11.7 min", "1.50 h", "-"]
 
 

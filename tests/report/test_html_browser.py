@@ -12,39 +12,19 @@ tenant must show as text. Full-page screenshots are kept as test artifacts in
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_ett.report import html as report
+from tests.browser import FLAGS, artifacts_dir, chromium
 from tests.report import EVIL, small_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-# tests/../shared/TESTING.md "Browser tests": without the background-networking flags the
-# browser's own connections (refused on a closed network) fill the log.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def artifacts_dir() -> Path:
-    base = os.environ.get("ETT_TEST_ARTIFACTS")
-    out = (Path(base) if base else ROOT / "tests" / "artifacts") / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def chromium() -> str:
-    found = str(CHROMIUM) if CHROMIUM.is_file() else shutil.which("chromium")
-    if not found:
-        pytest.skip("no Chromium: the browser tests need Debian's chromium package "
-                    "(apt-get install -y chromium)")
-    return found
 
 
 # Each chart: how many traces plotly.js drew, of which types, and whether any was dropped
@@ -69,7 +49,7 @@ def test_the_report_renders_offline_in_chromium() -> None:
         reason="Playwright is not installed (a dev dependency: pip install playwright)")
     days, timelines = small_fleet(timelines=3)
     assert EVIL in {t.tenant for t in timelines}, "the fleet must show the injection"
-    out = artifacts_dir()
+    out = artifacts_dir("report")
     index = report.write_html_report(out / "site", days, timelines, title="ETT fleet report")
     specs = report.figures(days, timelines)
 

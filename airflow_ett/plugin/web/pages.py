@@ -1,7 +1,7 @@
 """The HTML pages: the fleet (`/ett/`) and one run (`/ett/runs/<dag_id>/<run_id>`).
 
 Rendered on the server from the API's models (`data.py`), so a table shows the number the
-JSON API returns, with the report's formatting (`airflow_ett.report.html.fmt_*`); the
+JSON API returns, with the report's formatting (`airflow_ett.report.formatting`); the
 charts are the report's plotly figure specs, drawn in the browser by the bundled plotly.js
 (`/ett/static/`, nothing from the internet) and `static/ett.js`, which follows the Airflow
 UI's light or dark theme (see there). Tables and numbers need no JavaScript.
@@ -30,6 +30,7 @@ from airflow_ett.plugin.web import data, views
 from airflow_ett.plugin.web.access import DagScopeDep, fleet_access, run_access
 from airflow_ett.plugin.web.api import FromQuery, JobQuery, ToQuery, days_or_422, run_or_404
 from airflow_ett.plugin.web.deps import NowDep, StoreDep, TodayDep
+from airflow_ett.report import formatting as fmt
 from airflow_ett.report import html as report
 
 router = APIRouter(include_in_schema=False)
@@ -62,8 +63,8 @@ def environment() -> jinja2.Environment:
         loader=jinja2.PackageLoader("airflow_ett.plugin.web", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
         lstrip_blocks=True)
-    env.filters.update(pct=report.fmt_pct, delta=report.fmt_delta, gpu_h=report.fmt_gpu_h,
-                       dur=report.fmt_duration, utc=_utc, nof=_nof,
+    env.filters.update(pct=fmt.fmt_pct, delta=fmt.fmt_delta, gpu_h=fmt.fmt_gpu_h,
+                       dur=fmt.fmt_duration, utc=_utc, nof=_nof,
                        q=lambda v: quote(str(v), safe=""),
                        rate=lambda v: "-" if v is None else f"{v:.3f}")
     env.globals.update(colours=report.COMPONENT_COLOURS, cause_colours=report.CAUSE_COLOURS)

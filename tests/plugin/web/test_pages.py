@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from airflow_ett.plugin.web.app import CSP
 from airflow_ett.plugin.web.data import DagScope
+from airflow_ett.report import formatting as fmt
 from airflow_ett.report import html as report
 from airflow_ett.store import EttStore
 from tests.plugin.web import fleet as F
@@ -35,12 +36,12 @@ def test_the_fleet_page_shows_the_stored_day(client: Client, fleet: F.Fleet) -> 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     page, last = response.text, fleet.days[-1]
-    assert _text(page, "fleet-ett") == report.fmt_pct(last.fleet.ett_pct)
+    assert _text(page, "fleet-ett") == fmt.fmt_pct(last.fleet.ett_pct)
     assert _text(page, "fleet-jobs") == str(last.fleet.jobs)
-    assert _text(page, "fleet-gpu-hours") == report.fmt_gpu_h(last.fleet.gpu_hours)
-    assert _text(page, "fleet-lost") == report.fmt_gpu_h(last.fleet.gpu_hours_lost)
+    assert _text(page, "fleet-gpu-hours") == fmt.fmt_gpu_h(last.fleet.gpu_hours)
+    assert _text(page, "fleet-lost") == fmt.fmt_gpu_h(last.fleet.gpu_hours_lost)
     delta = last.fleet.ett_pct - fleet.days[-2].fleet.ett_pct
-    assert _text(page, "fleet-ett-delta") == f"{report.fmt_delta(delta)} vs 2026-11-27"
+    assert _text(page, "fleet-ett-delta") == f"{fmt.fmt_delta(delta)} vs 2026-11-27"
     for row in last.slo:
         assert f'data-component="{row.component}"' in page
         assert row.owner in page
@@ -76,8 +77,8 @@ def test_the_restricted_fleet_page_says_so(client: Client) -> None:
 def test_the_run_page_shows_the_runs_figures(client: Client, store: EttStore) -> None:
     page = client().get(f"/runs/{F.DAG_A}/scheduled__a1", headers=HTML).text
     summary = store.job_summary(f"{F.DAG_A}__scheduled__a1")
-    assert _text(page, "run-ett") == report.fmt_pct(summary.ett_pct)
-    assert _text(page, "run-e2e") == report.fmt_duration(summary.e2e_s)
+    assert _text(page, "run-ett") == fmt.fmt_pct(summary.ett_pct)
+    assert _text(page, "run-e2e") == fmt.fmt_duration(summary.e2e_s)
     assert _text(page, "run-attempts") == "2" and _text(page, "run-nof") == "1"
     assert 'id="provisional"' not in page and 'id="run-last-hour"' not in page
     assert F.MODEL_URI in page and 'id="model-after-release"' in page
@@ -95,8 +96,8 @@ def test_a_running_runs_page_has_its_last_hour(client: Client, store: EttStore,
     assert run is not None and run.last_hour is not None
     page = client().get(f"/runs/{F.DAG_A}/{fleet.running_run_id}", headers=HTML).text
     assert 'id="provisional"' in page
-    assert _text(page, "run-ett") == report.fmt_pct(run.ett_pct)
-    assert _text(page, "run-last-hour") == report.fmt_pct(run.last_hour.ett_pct)
+    assert _text(page, "run-ett") == fmt.fmt_pct(run.ett_pct)
+    assert _text(page, "run-last-hour") == fmt.fmt_pct(run.last_hour.ett_pct)
     assert 'id="no-model"' in page
 
 

@@ -1,0 +1,43 @@
+"""How every report shows a number (text, HTML, the UI pages), so that one figure reads the
+same everywhere: ETT% and shares with one decimal, changes signed, GPU-hours whole with
+separators from 100 up, durations in s / min / h; `-` for a value that is missing or not
+finite."""
+
+from __future__ import annotations
+
+import math
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def fmt_pct(value: float | None) -> str:
+    """ETT% and shares: one decimal, `-` for none (as the text report)."""
+    v = _finite(value)
+    return "-" if v is None else f"{v:.1f}"
+
+
+def fmt_delta(value: float | None) -> str:
+    v = _finite(value)
+    return "-" if v is None else f"{v:+.1f}"
+
+
+def fmt_gpu_h(value: float | None) -> str:
+    """GPU-hours: whole hours with separators from 100 up (`18,430`); below, the two
+    decimals a small fleet needs to show anything (`12.34`, `0.28`). As report/text.py."""
+    v = _finite(value)
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    v = _finite(seconds)
+    if v is None:
+        return "-"
+    if abs(v) >= 3600:
+        return f"{v / 3600:.2f} h"
+    if abs(v) >= 120:
+        return f"{v / 60:.1f} min"
+    return f"{v:.1f} s"
