@@ -142,6 +142,8 @@ daily_jobs = sa.Table(
     sa.Column("payload", sa.Text(), nullable=False),
     sa.Index("ix_ett_daily_jobs_job", "job"),
     sa.Index("ix_ett_daily_jobs_day_gpu_hours_lost", "day", "gpu_hours_lost"),
+    # The pages' fleet for a user who may read only some DAGs: their rows of a day.
+    sa.Index("ix_ett_daily_jobs_day_dag_id", "day", "dag_id"),
 )
 
 TABLES: Final = (events, jobs, summaries, daily_days, daily_groups, daily_jobs)

@@ -3,11 +3,16 @@ on a rerun, corrected by late events, read back as the same `DayRollup`."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
+from typing import Any
 
-from airflow_ett.ett.events import JobSubmitted
+import msgspec
+import pytest
+import sqlalchemy as sa
+
+from airflow_ett.ett.events import Event, JobSubmitted
 from airflow_ett.rollup import load_components
-from airflow_ett.store import EttStore
+from airflow_ett.store import EttStore, daily, upgrade
 from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b, late_job
 
 NOW = LO + 2 * 86400
@@ -59,3 +64,112 @@ def test_a_day_reads_only_the_jobs_that_touch_it(store: EttStore) -> None:
     store.insert_events([JobSubmitted(id="r1", job="running", ts=LO + 100)])
     assert store.daily.jobs_touching(WINDOW.hi + 86400 * 5, WINDOW.hi + 86400 * 6) == [
         "running"]
+
+
+def _with_dag(job: list[Event], dag_id: str | None) -> list[Event]:
+    """The job's events, its submission naming `dag_id` (run `r1`)."""
+    return [msgspec.structs.replace(e, dag_id=dag_id, run_id="r1")
+            if isinstance(e, JobSubmitted) else e for e in job]
+
+
+def _jobs(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["job"] for r in rows]
+
+
+def test_job_rows_of_some_dags_only(store: EttStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.insert_events([*_with_dag(job_a(), "dag_a"), *_with_dag(job_b(), "dag_b"),
+                         *late_job()])  # the late job has no DAG
+    store.daily.compute_day(WINDOW, load_components(), now=NOW)
+    day = "2026-11-28"
+    assert _jobs(store.daily.job_rows(day)) == ["b", "late", "a"]  # b, late: a tie (1000 s)
+    assert _jobs(store.daily.job_rows(day, dag_ids={"dag_a"})) == ["a"]
+    assert store.daily.dag_ids_of_day(day) == {"dag_a", "dag_b", None}
+    assert store.daily.dag_ids_of_day("2026-11-27") == set()  # not rolled up
+    assert _jobs(store.daily.job_rows(day, dag_ids=["dag_a", "dag_b", "dag_a"])) == ["b", "a"]
+    assert _jobs(store.daily.job_rows(day, dag_ids=["dag_b", "dag_a"], limit=1)) == ["b"]
+    assert store.daily.job_rows(day, dag_ids=set()) == []  # no DAG readable: no row, no query
+    assert store.daily.job_rows(day, dag_ids={"unknown"}) == []
+    assert store.daily.job_rows("2026-11-27", dag_ids={"dag_b"}) == []  # b ran on D only
+    assert _jobs(store.daily.job_rows("2026-11-27", dag_ids={"dag_a"})) == []  # not rolled up
+    whole = store.daily.job_rows(day, dag_ids={"dag_a", "dag_b"})
+    # A long list is read a chunk of ids at a time and merged in the one query's order.
+    monkeypatch.setattr(daily, "_DAG_CHUNK", 1)
+    assert store.daily.job_rows(day, dag_ids={"dag_a", "dag_b", "x"}) == whole
+    assert _jobs(store.daily.job_rows(day, dag_ids={"dag_a", "dag_b"}, limit=1)) == ["b"]
+
+
+def test_job_rows_of_some_dags_use_the_day_dag_index(tmp_path: Path) -> None:
+    """The statement `job_rows` sends reads the DAGs' rows by the (day, dag_id) index, not
+    the whole day (as SQLite does when the query also orders by GPU-hours lost). SQLite
+    only: PostgreSQL plans a tiny table as a sequential scan whatever the indexes."""
+    url = f"sqlite:///{tmp_path / 'ett.db'}"
+    upgrade(url)
+    with EttStore(url) as store:
+        _check_day_dag_index(store)
+
+
+def _check_day_dag_index(store: EttStore) -> None:
+    sent: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                executemany: bool) -> None:
+        if "ett_daily_jobs" in statement:
+            sent.append((statement, parameters))
+
+    sa.event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        store.daily.job_rows("2026-11-28", dag_ids={"dag_a", "dag_b"})
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", capture)
+    assert len(sent) == 1
+    statement, parameters = sent[0]
+    with store.engine.connect() as conn:
+        plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(
+            f"EXPLAIN QUERY PLAN {statement}", parameters))
+    assert "USING INDEX ix_ett_daily_jobs_day_dag_id (day=? AND dag_id=?)" in plan, plan
+
+
+def test_the_last_stored_day(store: EttStore) -> None:
+    assert store.daily.last_day() is None
+    store.insert_events([*job_a(), *job_b()])
+    store.daily.compute_day(WINDOW, load_components(), now=NOW)
+    store.daily.compute_day(PREVIOUS, load_components(), now=NOW)  # computed last, older
+    assert store.daily.last_day() == "2026-11-28"
+
+
+def test_job_days_give_back_what_the_day_was_rolled_up_from(store: EttStore) -> None:
+    from airflow_ett.ett.attribution import attribute_job
+    from airflow_ett.rollup import job_day
+    from airflow_ett.store.daily import job_day_of_row
+
+    store.insert_events([*_with_dag(job_a(), "dag_a"), *_with_dag(job_b(), "dag_b"),
+                         *late_job()])
+    store.daily.compute_day(WINDOW, load_components(), now=NOW)
+    expected = {}
+    for job in ("a", "b", "late"):
+        a = attribute_job(store.job_events(job), now=NOW)
+        expected[job] = job_day(a, WINDOW, gpus=a.world_size, synthetic=a.synthetic)
+    got = {d.job: d for d in store.daily.job_days("2026-11-28")}
+    assert got == expected  # microseconds exact, failures, TTS, attempts, DAG and run
+    assert got["b"].failures and got["b"].dag_id == "dag_b" and got["b"].run_id == "r1"
+    assert {r["job"]: job_day_of_row(r) for r in store.daily.job_rows("2026-11-28")} == got
+    assert [d.job for d in store.daily.job_days("2026-11-28", dag_ids={"dag_b"})] == ["b"]
+    assert store.daily.job_days("2026-11-28", dag_ids=()) == []
+
+
+def test_a_row_with_components_left_out_reads_them_as_zero() -> None:
+    from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
+    from airflow_ett.store.daily import job_day_of_row
+
+    row = {"job": "j", "tenant": "t", "model": "m", "dag_id": None, "run_id": None,
+           "gpus": 2, "provisional": 0, "synthetic": 1, "e2e_s": 1.5,
+           "payload": {"components_s": {EFFECTIVE: 1.000001}, "tts_s": 0.25,
+                       "failures": [{"cause": "infra"}, {"cause": "preemption", "ttr_s": 2.0}]}}
+    d = job_day_of_row(row)
+    assert list(d.components_us) == list(COMPONENTS)
+    assert d.components_us[EFFECTIVE] == 1_000_001 and sum(d.components_us.values()) == 1_000_001
+    assert (d.e2e_us, d.tts_us, d.gpus, d.provisional, d.synthetic) == (1_500_000, 250_000, 2,
+                                                                         False, True)
+    assert [(f.cause, f.ttr_us) for f in d.failures] == [("infra", None),
+                                                          ("preemption", 2_000_000)]
+    assert (d.attempts, d.preempted_attempts) == (0, 0)

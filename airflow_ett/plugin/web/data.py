@@ -8,7 +8,8 @@ The fleet, two ways, same result for the same jobs:
 - A user who may read every DAG gets the stored days (`ett_daily_days`, one row per day:
   what the nightly rollup computed), the cheap path.
 - A user who may read only some DAGs gets days recomputed from the per-job rows of the
-  days (`ett_daily_jobs`), keeping only the jobs of DAGs they may read: the same
+  days (`ett_daily_jobs`) of the DAGs they may read (filtered in SQL, on the table's
+  `(day, dag_id)` index, so the other DAGs' rows are never read): the same
   `rollup_day` over the same job-days, so the figures are those the nightly run would have
   stored for a fleet of just those jobs (tests/plugin/web/test_data.py checks that with
   every DAG readable the recomputed days equal the stored ones). A job with no DAG (sent
@@ -26,11 +27,13 @@ through `?job=`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gc
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -47,12 +50,10 @@ from airflow_ett.rollup import (
     ComponentsError,
     DayRollup,
     DayWindow,
-    FailureInDay,
     JobDay,
     load_components,
     rollup_day,
 )
-from airflow_ett.rollup.figures import US_PER_S
 
 if TYPE_CHECKING:
     from airflow_ett.ett.attribution import JobAttribution
@@ -110,28 +111,12 @@ def days_asked(first: dt.date | None, last: dt.date | None, today: dt.date
 
 # -- the fleet ------------------------------------------------------------------------------
 
-def _us(seconds: float) -> int:
-    return round(seconds * US_PER_S)
-
-
 def job_day_of_row(row: Mapping[str, Any]) -> JobDay:
     """A stored `ett_daily_jobs` row (`DailyRollups.job_rows`) as the job-day it was made
-    from: seconds back to the integer microseconds they were divided from (exact: a day's
-    microseconds are far below 2**53)."""
-    payload = row["payload"]
-    components = payload.get("components_s", {})
-    return JobDay(
-        job=row["job"], tenant=row["tenant"], model=row["model"], dag_id=row["dag_id"],
-        run_id=row["run_id"], gpus=int(row["gpus"]), provisional=bool(row["provisional"]),
-        synthetic=bool(row["synthetic"]), e2e_us=_us(row["e2e_s"]),
-        components_us={c: _us(components.get(c, 0.0)) for c in COMPONENTS},
-        tts_us=None if payload.get("tts_s") is None else _us(payload["tts_s"]),
-        failures=tuple(FailureInDay(f["cause"], None if f.get("ttr_s") is None
-                                    else _us(f["ttr_s"]))
-                       for f in payload.get("failures", [])),
-        attempts=int(payload.get("attempts", 0)),
-        preempted_attempts=int(payload.get("preempted_attempts", 0)),
-    )
+    from (the store's own inverse of what it stored: `airflow_ett.store.daily`)."""
+    from airflow_ett.store.daily import job_day_of_row as of_row
+
+    return of_row(row)
 
 
 def _what_if_amounts(day: DayRollup) -> tuple[float, float]:
@@ -158,8 +143,9 @@ def _components_of(day: DayRollup, fallback: ComponentsConfig | None) -> Compone
 class _Recent:
     """The last `size` restricted days computed, by (store, day, computed_at, DAGs): a
     day's rows change only when the rollup rewrites it (a new `computed_at`), and reading
-    and re-rolling them costs about 17 us a job (bench: a few thousand jobs a day, 2
-    cores), so a user's second look at the same days reads no job row."""
+    and re-rolling them costs about 10 us a readable job (5 to read, 5 for `rollup_day`;
+    bench/pages.py, 2 cores): 300 ms for two weeks of 1,500 jobs a day. So a user's second
+    look at the same days reads no job row."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -192,15 +178,53 @@ def readable_day(store: EttStore, day: DayRollup, scope: DagScope,
     cached = _recent.get(key)
     if cached is not None:
         return cached
-    result = _recompute(store, day, scope, components)
+    dags = store.daily.dag_ids_of_day(day.day)
+    if None not in dags and dags <= scope.dag_ids:
+        # Every job of the day is readable: the recomputation would give the stored day
+        # back (tested), so skip it. A user denied only DAGs that send no ETT events
+        # (maintenance DAGs, say) sees the stored fleet at the stored fleet's cost.
+        result = day
+    else:
+        result = _recompute(store, day, scope, components)
     _recent.put(key, result)
     return result
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside the block (reference counting still frees
+    everything); as it was after it.
+
+    Why: a restricted day makes ~5 tracked objects per job row that live until its
+    rollup is done, so the collector's young generations promote them all (nothing in
+    them is garbage yet) and every ~150,000 promotions Python runs a full collection of
+    the whole API server heap: ~700,000 objects, 400 ms on this project's 2-core VM
+    (bench/pages.py), inside one user's request. Paused, the day's objects are freed by
+    reference counting before the collector next runs, and never promoted. The pause is
+    process-wide but short (one day's rows, ~20 ms for 1,500 jobs); a concurrent request
+    only runs without collection meanwhile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _recompute(store: EttStore, day: DayRollup, scope: DagScope,
                components: ComponentsConfig | None) -> DayRollup:
-    rows = store.daily.job_rows(day.day)
-    parts = [job_day_of_row(r) for r in rows if scope.allows(r["dag_id"])]
+    with _collector_paused():
+        return _rollup_of_readable(store, day, scope, components)
+
+
+def _rollup_of_readable(store: EttStore, day: DayRollup, scope: DagScope,
+                        components: ComponentsConfig | None) -> DayRollup:
+    # Only the readable DAGs' rows leave the database (`dag_id IN ...` on its (day, dag_id)
+    # index), decoded straight into job-days; `allows` stays as the rule itself, so a
+    # store that returned more would still show nothing of another DAG.
+    parts = [d for d in store.daily.job_days(day.day, dag_ids=scope.dag_ids)
+             if scope.allows(d.dag_id)]
     window = DayWindow(day=dt.date.fromisoformat(day.day), tz=day.tz, lo=day.lo, hi=day.hi)
     cut_pct, start_s = _what_if_amounts(day)
     return rollup_day(window, parts, _components_of(day, components),
@@ -265,10 +289,13 @@ def _detail(day: DayRollup, previous: DayRollup | None) -> models.Day:
 
 
 def _notes(days: Sequence[DayRollup], first: dt.date, last: dt.date,
-           scope: DagScope) -> list[str]:
+           scope: DagScope, newest: str | None = None) -> list[str]:
     if not days:
+        where = (f" The newest stored day is {newest}." if newest is not None
+                 else " The store holds no rollup yet.")
         return [f"No rollup is stored for {first.isoformat()} to {last.isoformat()}: the "
-                "nightly DAG ett_fleet_rollup writes them (or run `airflow-ett rollup`)."]
+                "nightly DAG ett_fleet_rollup writes them (or run `airflow-ett rollup`)."
+                + where]
     notes = []
     latest = days[-1]
     if latest.provisional:
@@ -297,7 +324,9 @@ def fleet(store: EttStore, first: dt.date, last: dt.date, scope: DagScope, *,
         first=first.isoformat(), last=last.isoformat(), scope=scope.model(),
         days=[_point(d) for d in days],
         latest=_detail(latest, previous) if latest is not None else None,
-        notes=_notes(days, first, last, scope), figures=specs)
+        notes=_notes(days, first, last, scope,
+                     None if days else store.daily.last_day()),
+        figures=specs)
 
 
 # -- one run ---------------------------------------------------------------------------------

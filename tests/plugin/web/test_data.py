@@ -9,6 +9,8 @@ share a mistake. A run's figures must equal the store's own summary of the job.
 from __future__ import annotations
 
 import datetime as dt
+import gc
+from typing import Any
 
 import msgspec
 import pytest
@@ -17,8 +19,9 @@ from airflow_ett.ett.attribution import attribute_job, clip_to_window
 from airflow_ett.jobs import job_id_for
 from airflow_ett.plugin.web import data
 from airflow_ett.plugin.web.data import DagScope, DaysError, days_asked
-from airflow_ett.rollup import DayWindow, job_day, load_components, rollup_day
+from airflow_ett.rollup import DayWindow, JobDay, job_day, load_components, rollup_day
 from airflow_ett.store import EttStore
+from airflow_ett.store.daily import DailyRollups
 from tests.plugin.web import fleet as F
 
 TODAY = dt.date(2026, 11, 28)
@@ -62,6 +65,9 @@ def test_every_dag_readable_gives_back_the_stored_days(store: EttStore, fleet: F
             continue
         assert msgspec.structs.asdict(data.readable_day(store, stored, everything)) == \
             msgspec.structs.asdict(stored)
+        # readable_day skips the recomputation when every job of the day is readable: the
+        # recomputation itself must give the stored day back, from the store's job-days.
+        assert data._recompute(store, stored, everything, None) == stored
     # Every row, the CLI job's too, rebuilds each stored day exactly.
     for stored in fleet.days:
         window = DayWindow(day=dt.date.fromisoformat(stored.day), tz="UTC", lo=stored.lo,
@@ -116,10 +122,79 @@ def test_the_fleet_view_of_the_stored_days(store: EttStore, fleet: F.Fleet) -> N
     assert data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True)).figures is None
 
 
-def test_a_window_with_no_rollup_says_so(store: EttStore) -> None:
+def test_a_restricted_day_reads_only_the_readable_dags_rows(
+        store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, frozenset[str] | None]] = []
+    read = DailyRollups.job_days
+
+    def spy(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
+        parts = read(self, day, **kw)
+        dag_ids = kw.get("dag_ids")
+        asked.append((day, None if dag_ids is None else frozenset(dag_ids)))
+        assert {p.dag_id for p in parts} <= {F.DAG_A}
+        return parts
+
+    monkeypatch.setattr(DailyRollups, "job_days", spy)
+    stored = fleet.days[1]
+    # A DAG set no earlier test used: not in the pages' cache of recent days.
+    only_a = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "no_such_dag"}))
+    assert data.readable_day(store, stored, only_a) == data.readable_day(store, stored, ONLY_A)
+    assert asked[0] == (stored.day, only_a.dag_ids)
+
+
+def test_a_day_of_readable_dags_only_is_the_stored_day(
+        store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    job_days = DailyRollups.job_days
+
+    def spy(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
+        read.append(day)
+        return job_days(self, day, **kw)
+
+    monkeypatch.setattr(DailyRollups, "job_days", spy)
+    scope = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "a_dag_of_no_job"}))
+    day2, day3 = fleet.days[1], fleet.days[2]
+    assert store.daily.dag_ids_of_day(day3.day) == {F.DAG_A}  # only A2 runs on day 3
+    assert data.readable_day(store, day3, scope) is day3 and read == []
+    assert store.daily.dag_ids_of_day(fleet.days[0].day) == {F.DAG_A, None}  # C1: no DAG
+    got = data.readable_day(store, day2, scope)  # B1 of the secret DAG ran on day 2
+    assert read == [day2.day] and got.fleet.jobs == 1 and day2.fleet.jobs == 2
+
+
+def test_a_restricted_day_is_recomputed_with_the_collector_paused(
+        store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+    job_days = DailyRollups.job_days
+
+    def spy(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
+        seen.append(gc.isenabled())
+        return job_days(self, day, **kw)
+
+    monkeypatch.setattr(DailyRollups, "job_days", spy)
+    assert gc.isenabled()
+    scope = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "paused_gc_test"}))
+    data.readable_day(store, fleet.days[1], scope)
+    assert seen == [False] and gc.isenabled()  # paused inside, enabled again after
+    gc.disable()
+    try:  # a caller who disabled the collector keeps it disabled
+        data._recompute(store, fleet.days[1], scope, None)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    monkeypatch.setattr(DailyRollups, "job_days", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        data._recompute(store, fleet.days[1], scope, None)
+    assert gc.isenabled()  # and enabled again when the recomputation fails
+
+
+def test_a_window_with_no_rollup_says_so(store: EttStore, fleet: F.Fleet,
+                                         empty_store: EttStore) -> None:
     view = data.fleet(store, dt.date(2020, 1, 1), dt.date(2020, 1, 5), DagScope(all_dags=True))
     assert view.days == [] and view.latest is None
     assert "No rollup is stored for 2020-01-01 to 2020-01-05" in view.notes[0]
+    assert f"The newest stored day is {fleet.days[-1].day}." in view.notes[0]
+    view = data.fleet(empty_store, dt.date(2020, 1, 1), dt.date(2020, 1, 5), ONLY_A)
+    assert view.notes[0].endswith("The store holds no rollup yet.")
 
 
 def test_run_href_quotes_the_path_parts() -> None:

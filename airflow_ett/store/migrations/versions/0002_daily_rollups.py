@@ -69,9 +69,11 @@ def upgrade() -> None:
     op.create_index("ix_ett_daily_jobs_job", "ett_daily_jobs", ["job"])
     op.create_index("ix_ett_daily_jobs_day_gpu_hours_lost", "ett_daily_jobs",
                     ["day", "gpu_hours_lost"])
+    op.create_index("ix_ett_daily_jobs_day_dag_id", "ett_daily_jobs", ["day", "dag_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_ett_daily_jobs_day_dag_id", table_name="ett_daily_jobs")
     op.drop_index("ix_ett_daily_jobs_day_gpu_hours_lost", table_name="ett_daily_jobs")
     op.drop_index("ix_ett_daily_jobs_job", table_name="ett_daily_jobs")
     op.drop_table("ett_daily_jobs")
