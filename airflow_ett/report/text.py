@@ -55,23 +55,13 @@ def _components(g: GroupFigures, day: DayRollup, terminal: bool) -> RenderableTy
     for c in COMPONENTS:
         slo = policies[c]
         share = g.shares_pct[c]
-        status: SloStatus = "none" if not g.e2e_s else _verdict(slo.target, share)
+        status: SloStatus = "none" if not g.e2e_s else slo.policy().status(share)
         lost = "-" if c == EFFECTIVE else fmt_gpu_h(g.gpu_hours_lost_by_component.get(c, 0.0))
         rows.append((c, f"{share:.1f}%", lost, slo.owner, slo.target,
                      _status_cell(status, terminal)))
     return table(["component", Column("share", justify="right"),
                   Column("GPU-h lost", justify="right"), "owner", "SLO", "status"], rows,
                  terminal=terminal)
-
-
-def _verdict(target: str, share: float) -> SloStatus:
-    """The SLO verdict for `share` against the stored target (`<x%`, `>=x%` or `-`): the
-    same rule as `ComponentPolicy.status`, so a tenant's view is judged as the fleet is."""
-    if target.startswith("<"):
-        return "ok" if share < float(target[1:-1]) else "breach"
-    if target.startswith(">="):
-        return "ok" if share >= float(target[2:-1]) else "breach"
-    return "none"
 
 
 def _failures(g: GroupFigures) -> list[RenderableType]:

@@ -13,7 +13,7 @@ import msgspec
 
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
 from airflow_ett.rollup.calendar import DayWindow
-from airflow_ett.rollup.components import ComponentsConfig, SloStatus
+from airflow_ett.rollup.components import ComponentPolicy, ComponentsConfig, SloStatus
 from airflow_ett.rollup.figures import US_PER_H, GroupFigures, aggregate, share_pct
 from airflow_ett.rollup.job_day import JobDay
 from airflow_ett.rollup.whatif import WhatIf, what_ifs
@@ -38,6 +38,14 @@ class SloRow(msgspec.Struct, frozen=True, kw_only=True):
     share_pct: float
     gpu_hours_lost: float
     status: SloStatus
+    # the bounds behind `target`, so that a reader can judge another share (a tenant's) by
+    # the same rule (`policy()`); added after the first rows, hence the defaults
+    max_share_pct: float | None = None
+    min_share_pct: float | None = None
+
+    def policy(self) -> ComponentPolicy:
+        return ComponentPolicy(self.component, self.owner, max_share_pct=self.max_share_pct,
+                               min_share_pct=self.min_share_pct)
 
 
 class RunLoss(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,7 +108,8 @@ def _slo(fleet: GroupFigures, components: ComponentsConfig) -> list[SloRow]:
         policy = components.policies[c]
         share = fleet.shares_pct[c]
         rows.append(SloRow(component=c, owner=policy.owner, target=policy.target,
-                           share_pct=share,
+                           max_share_pct=policy.max_share_pct,
+                           min_share_pct=policy.min_share_pct, share_pct=share,
                            gpu_hours_lost=fleet.gpu_hours_lost_by_component.get(c, 0.0),
                            status=policy.status(share) if fleet.e2e_s > 0 else "none"))
     return rows

@@ -70,6 +70,9 @@ def test_a_range_shows_the_trend_and_a_tenant_only_its_figures(
     code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--tenant", "t1",
                        "--store-url", url)
     assert code == 0 and out.startswith("tenant t1 ETT% 100.0 (+16.7)   jobs 1")
+    # judged by the tenant's own share: the fleet's 81.8% breaches >=90%, t1's 100% does not
+    assert any(line.split() == ["effective_training", "100.0%", "-", "ml-platform", ">=90%",
+                                "ok"] for line in out.splitlines())
     assert "what-if" not in out  # a fleet-only part
     assert not any(line.split()[:1] == ["b"] for line in out.splitlines())  # the other tenant
 

@@ -60,6 +60,8 @@ class Slo(_Model):
     share_pct: float
     gpu_hours_lost: float
     status: Literal["ok", "breach", "none"]
+    max_share_pct: float | None = None
+    min_share_pct: float | None = None
 
 
 class WhatIf(_Model):
