@@ -19,11 +19,12 @@ One run, so that the ratios compare like with like:
 
 Users: `admin`, and users of tests/plugin/web/restricted_auth.py (Airflow's
 SimpleAuthManager, except that they may not read some DAGs): `viewer` may not read the
-three `sim_ads_ranking_*` DAGs (a third of the jobs), so their fleet is recomputed from the
-readable DAGs' job rows. The pages keep recent restricted days in the process, so only a
-user's first look pays that; the "first look" rows time one request each of users seen
-nowhere before: `broad<i>` may read every DAG but the i-th, `team<i>` only the DAGs of
-tenant i (a team lead's view), `ops<i>` every DAG but one that sends no ETT events.
+three `sim_ads_ranking_*` DAGs (a third of the jobs), so their fleet is the merge of the
+readable DAGs' stored parts (`rollup/parts.py`). The pages keep recent restricted days in
+the process, so only a user's first look pays that; the "first look" rows time one
+request each of users seen nowhere before: `broad<i>` may read every DAG but the i-th,
+`team<i>` only the DAGs of tenant i (a team lead's view), `ops<i>` every DAG but one that
+sends no ETT events.
 
 Stock: Airflow's own `GET /api/v2/version`, `GET /api/v2/dags?limit=50` (its DAG list) and
 `GET /api/v2/dags/{dag_id}/dagRuns/{run_id}` (what the UI's run page asks first); the
@@ -309,8 +310,8 @@ def hidden(denied: frozenset[str]) -> tuple[str, ...]:
 
 def first_looks(af: EmbeddedAirflow, deny: dict[str, frozenset[str]]) -> list[Route]:
     """Each restricted user's first fleet request, timed alone: nothing of their DAG set
-    is in the pages' cache yet, so every shown day is recomputed from its job rows (no
-    warm-up: that is the point)."""
+    is in the pages' cache yet, so every shown day is merged again from its readable parts
+    (no warm-up: that is the point)."""
     routes = []
     for label, prefix in (("all DAGs but one", "broad"), ("one tenant's DAGs", "team"),
                           ("all but a non-ETT DAG", "ops")):

@@ -1,26 +1,26 @@
 """One day's rollup: the fleet, each tenant, model and owning team, SLOs, what-if and the
-worst runs, from the day's job-days. `DayRollup` is what the store keeps (as JSON, beside
-the per-group and per-job rows the pages query) and what every report renders.
+worst runs, from the day's job-days (through its parts: `parts.py`). `DayRollup` is what
+the store keeps (as JSON, beside the per-part, per-group and per-job rows the pages
+query) and what every report renders.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import msgspec
 
-from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
+from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.rollup.calendar import DayWindow
 from airflow_ett.rollup.components import ComponentPolicy, ComponentsConfig, SloStatus
-from airflow_ett.rollup.figures import US_PER_H, GroupFigures, aggregate, share_pct
+from airflow_ett.rollup.figures import GroupFigures, Totals
 from airflow_ett.rollup.job_day import JobDay
-from airflow_ett.rollup.whatif import WhatIf, what_ifs
+from airflow_ett.rollup.parts import TOP_RUNS, DayPart, RunLoss, day_parts, worst_runs
+from airflow_ett.rollup.whatif import Savings, WhatIf
 
 #: The JSON form's version (fields are only added, with defaults; see ett/summary.py).
 ROLLUP_VERSION: Final = 1
-TOP_RUNS: Final = 10
 
 
 class TeamFigures(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,20 +48,6 @@ class SloRow(msgspec.Struct, frozen=True, kw_only=True):
                                min_share_pct=self.min_share_pct)
 
 
-class RunLoss(msgspec.Struct, frozen=True, kw_only=True):
-    job: str
-    tenant: str
-    model: str
-    dag_id: str | None
-    run_id: str | None
-    gpus: int
-    gpu_hours: float
-    gpu_hours_lost: float
-    ett_pct: float
-    worst_component: str  # the lost-time component with the most seconds that day
-    provisional: bool
-
-
 class DayRollup(msgspec.Struct, frozen=True, kw_only=True):
     day: str
     tz: str
@@ -83,23 +69,6 @@ class DayRollup(msgspec.Struct, frozen=True, kw_only=True):
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = msgspec.to_builtins(self)
         return out
-
-
-def _by(days: Sequence[JobDay], key: Callable[[JobDay], str]) -> dict[str, GroupFigures]:
-    groups: dict[str, list[JobDay]] = defaultdict(list)
-    for d in days:
-        groups[key(d)].append(d)
-    return {name: aggregate(groups[name]) for name in sorted(groups)}
-
-
-def _run_loss(d: JobDay) -> RunLoss:
-    lost = {c: us for c, us in d.components_us.items() if c != EFFECTIVE}
-    worst = max(COMPONENTS, key=lambda c: (lost.get(c, -1), -COMPONENTS.index(c)))
-    return RunLoss(job=d.job, tenant=d.tenant, model=d.model, dag_id=d.dag_id, run_id=d.run_id,
-                   gpus=d.gpus, gpu_hours=d.gpu_us / US_PER_H,
-                   gpu_hours_lost=d.lost_gpu_us / US_PER_H,
-                   ett_pct=share_pct(d.effective_us, d.e2e_us), worst_component=worst,
-                   provisional=d.provisional)
 
 
 def _slo(fleet: GroupFigures, components: ComponentsConfig) -> list[SloRow]:
@@ -127,25 +96,50 @@ def _teams(slo: list[SloRow], components: ComponentsConfig) -> list[TeamFigures]
     return sorted(teams, key=lambda t: (-t.gpu_hours_lost, t.team))
 
 
+def _merged(parts: Iterable[DayPart], cut_pct: float, start_s: float
+            ) -> tuple[Totals, Savings, dict[str, Totals], dict[str, Totals]]:
+    """The parts added up: for all of them, and by tenant and by model (fresh sums: the
+    parts are left as they were)."""
+    fleet, savings = Totals(), Savings(cut_pct=cut_pct, start_s=start_s)
+    tenants: dict[str, Totals] = {}
+    models: dict[str, Totals] = {}
+    for part in parts:
+        fleet.merge(part.totals)
+        savings.merge(part.savings)
+        tenants.setdefault(part.tenant, Totals()).merge(part.totals)
+        models.setdefault(part.model or "-", Totals()).merge(part.totals)
+    return fleet, savings, tenants, models
+
+
+def rollup_of_parts(window: DayWindow, parts: Sequence[DayPart], components: ComponentsConfig,
+                    *, computed_at: float, cut_pct: float = 50.0, start_s: float = 60.0,
+                    top: int = TOP_RUNS) -> DayRollup:
+    """The day's figures over these parts (all of a day's: the stored day; the readable
+    ones: a restricted user's). The parts must have been made with the same what-if
+    amounts (`whatif.Savings.merge` refuses others)."""
+    totals, savings, tenants, models = _merged(parts, cut_pct, start_s)
+    fleet = totals.figures()
+    slo = _slo(fleet, components)
+    return DayRollup(
+        day=window.iso, tz=window.tz, lo=window.lo, hi=window.hi, computed_at=computed_at,
+        provisional=totals.provisional_jobs > 0,
+        synthetic_jobs=sum(p.synthetic_jobs for p in parts),
+        fleet=fleet,
+        tenants={name: tenants[name].figures() for name in sorted(tenants)},
+        models={name: models[name].figures() for name in sorted(models)},
+        teams=_teams(slo, components),
+        slo=slo,
+        what_if=savings.results(),
+        top_runs=[w.run for w in worst_runs((w for p in parts for w in p.worst), top)],
+        components_file=components.source,
+    )
+
+
 def rollup_day(window: DayWindow, job_days: Iterable[JobDay], components: ComponentsConfig, *,
                computed_at: float, cut_pct: float = 50.0, start_s: float = 60.0,
                top: int = TOP_RUNS) -> DayRollup:
-    """The day's figures. Jobs are taken in job-id order, so the result does not depend
-    on the order the store returned them in."""
-    days = sorted(job_days, key=lambda d: d.job)
-    fleet = aggregate(days)
-    slo = _slo(fleet, components)
-    worst = sorted(days, key=lambda d: (-d.lost_gpu_us, d.job))[:top]
-    return DayRollup(
-        day=window.iso, tz=window.tz, lo=window.lo, hi=window.hi, computed_at=computed_at,
-        provisional=any(d.provisional for d in days),
-        synthetic_jobs=sum(1 for d in days if d.synthetic),
-        fleet=fleet,
-        tenants=_by(days, lambda d: d.tenant),
-        models=_by(days, lambda d: d.model or "-"),
-        teams=_teams(slo, components),
-        slo=slo,
-        what_if=what_ifs(days, cut_pct=cut_pct, start_s=start_s),
-        top_runs=[_run_loss(d) for d in worst if d.lost_gpu_us > 0],
-        components_file=components.source,
-    )
+    """The day's figures: the merge of all its parts (`parts.py`). Nothing in it depends
+    on the order the store returned the jobs in."""
+    parts = day_parts(job_days, cut_pct=cut_pct, start_s=start_s, top=top)
+    return rollup_of_parts(window, parts, components, computed_at=computed_at,
+                           cut_pct=cut_pct, start_s=start_s, top=top)

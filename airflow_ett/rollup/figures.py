@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 import msgspec
 
@@ -21,6 +22,8 @@ from airflow_ett.rollup.job_day import JobDay
 
 US_PER_S = 1_000_000
 US_PER_H = 3600 * US_PER_S
+#: The components of lost time: all but effective training.
+LOST_COMPONENTS: Final = tuple(c for c in COMPONENTS if c != EFFECTIVE)
 
 
 class GroupFigures(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,39 +66,106 @@ def share_pct(part_us: int, whole_us: int) -> float:
     return 100.0 * part_us / whole_us if whole_us > 0 else 0.0
 
 
+def _zeros(keys: Iterable[str]) -> dict[str, int]:
+    return dict.fromkeys(keys, 0)
+
+
+class Totals(msgspec.Struct, kw_only=True, gc=False):
+    """A group's sums: integers that add up (and the TTS/TTR values the percentiles need),
+    so the sums of two groups are those of their union (`merge`). The nightly rollup
+    keeps them per DAG, tenant and model (`rollup.day.DayPart`), and a user who may read
+    only some DAGs gets the fleet of those DAGs by adding their parts, never reading a
+    job's row again (bench/pages.py). Mutable: an accumulator (`add`, `merge`)."""
+
+    jobs: int = 0
+    provisional_jobs: int = 0
+    e2e_us: int = 0
+    gpu_us: int = 0
+    components_us: dict[str, int] = msgspec.field(default_factory=lambda: _zeros(COMPONENTS))
+    lost_gpu_us: dict[str, int] = msgspec.field(
+        default_factory=lambda: _zeros(LOST_COMPONENTS))
+    nof: dict[str, int] = msgspec.field(default_factory=lambda: _zeros(FAILURE_CAUSES))
+    failures: int = 0  # every failure, also of a cause this version does not know
+    attempts: int = 0
+    preempted_attempts: int = 0
+    jobs_with_attempts: int = 0
+    tts_s: list[float] = msgspec.field(default_factory=list)
+    ttr_s: list[float] = msgspec.field(default_factory=list)
+
+    def add(self, r: JobDay) -> None:
+        self.jobs += 1
+        self.provisional_jobs += r.provisional
+        self.e2e_us += r.e2e_us
+        self.gpu_us += r.e2e_us * r.gpus
+        components, lost_gpu = self.components_us, self.lost_gpu_us
+        for c, us in r.components_us.items():
+            components[c] += us
+            if c in lost_gpu:
+                lost_gpu[c] += us * r.gpus
+        if r.attempts:
+            self.attempts += r.attempts
+            self.preempted_attempts += r.preempted_attempts
+            self.jobs_with_attempts += 1
+        if r.tts_us is not None:
+            self.tts_s.append(r.tts_us / US_PER_S)
+        nof = self.nof
+        self.failures += len(r.failures)
+        for f in r.failures:
+            if f.cause in nof:
+                nof[f.cause] += 1
+            if f.ttr_us is not None:
+                self.ttr_s.append(f.ttr_us / US_PER_S)
+
+    def merge(self, other: Totals) -> None:
+        """Add `other`'s sums to these (`other` is left as it was)."""
+        self.jobs += other.jobs
+        self.provisional_jobs += other.provisional_jobs
+        self.e2e_us += other.e2e_us
+        self.gpu_us += other.gpu_us
+        for mine, theirs in ((self.components_us, other.components_us),
+                             (self.lost_gpu_us, other.lost_gpu_us), (self.nof, other.nof)):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+        self.failures += other.failures
+        self.attempts += other.attempts
+        self.preempted_attempts += other.preempted_attempts
+        self.jobs_with_attempts += other.jobs_with_attempts
+        self.tts_s.extend(other.tts_s)
+        self.ttr_s.extend(other.ttr_s)
+
+    def figures(self) -> GroupFigures:
+        e2e, attempts = self.e2e_us, self.attempts
+        components = {c: self.components_us.get(c, 0) for c in COMPONENTS}
+        lost_gpu = {c: self.lost_gpu_us.get(c, 0) for c in LOST_COMPONENTS}
+        nof = {cause: self.nof.get(cause, 0) for cause in FAILURE_CAUSES}
+        nof["total"] = self.failures
+        without = nof["total"] - nof["preemption"]
+        preempted = self.preempted_attempts
+        return GroupFigures(
+            jobs=self.jobs,
+            provisional_jobs=self.provisional_jobs,
+            e2e_s=e2e / US_PER_S,
+            effective_s=components[EFFECTIVE] / US_PER_S,
+            ett_pct=share_pct(components[EFFECTIVE], e2e),
+            components_s={c: us / US_PER_S for c, us in components.items()},
+            shares_pct={c: share_pct(us, e2e) for c, us in components.items()},
+            gpu_hours=self.gpu_us / US_PER_H,
+            gpu_hours_lost=sum(lost_gpu.values()) / US_PER_H,
+            gpu_hours_lost_by_component={c: us / US_PER_H for c, us in lost_gpu.items()},
+            tts_p50_s=percentile(self.tts_s, 50), tts_p90_s=percentile(self.tts_s, 90),
+            ttr_p50_s=percentile(self.ttr_s, 50), ttr_p90_s=percentile(self.ttr_s, 90),
+            nof=nof,
+            attempts=attempts,
+            attempts_per_job=(attempts / self.jobs_with_attempts
+                              if self.jobs_with_attempts else 0.0),
+            failures_per_attempt=nof["total"] / attempts if attempts else 0.0,
+            failures_per_attempt_without_preemption=(
+                without / (attempts - preempted) if attempts > preempted else 0.0),
+        )
+
+
 def aggregate(days: Iterable[JobDay]) -> GroupFigures:
-    rows = list(days)
-    e2e = sum(r.e2e_us for r in rows)
-    components = {c: sum(r.components_us[c] for r in rows) for c in COMPONENTS}
-    gpu = sum(r.gpu_us for r in rows)
-    lost_gpu = {c: sum(r.components_us[c] * r.gpus for r in rows)
-                for c in COMPONENTS if c != EFFECTIVE}
-    failures = [f for r in rows for f in r.failures]
-    nof = {cause: sum(1 for f in failures if f.cause == cause) for cause in FAILURE_CAUSES}
-    nof["total"] = len(failures)
-    attempts = sum(r.attempts for r in rows)
-    preempted = sum(r.preempted_attempts for r in rows)
-    jobs_with_attempts = sum(1 for r in rows if r.attempts)
-    tts = [r.tts_us / US_PER_S for r in rows if r.tts_us is not None]
-    ttr = [f.ttr_us / US_PER_S for f in failures if f.ttr_us is not None]
-    without = nof["total"] - nof["preemption"]
-    return GroupFigures(
-        jobs=len(rows),
-        provisional_jobs=sum(1 for r in rows if r.provisional),
-        e2e_s=e2e / US_PER_S,
-        effective_s=components[EFFECTIVE] / US_PER_S,
-        ett_pct=share_pct(components[EFFECTIVE], e2e),
-        components_s={c: us / US_PER_S for c, us in components.items()},
-        shares_pct={c: share_pct(us, e2e) for c, us in components.items()},
-        gpu_hours=gpu / US_PER_H,
-        gpu_hours_lost=sum(lost_gpu.values()) / US_PER_H,
-        gpu_hours_lost_by_component={c: us / US_PER_H for c, us in lost_gpu.items()},
-        tts_p50_s=percentile(tts, 50), tts_p90_s=percentile(tts, 90),
-        ttr_p50_s=percentile(ttr, 50), ttr_p90_s=percentile(ttr, 90),
-        nof=nof,
-        attempts=attempts,
-        attempts_per_job=attempts / jobs_with_attempts if jobs_with_attempts else 0.0,
-        failures_per_attempt=nof["total"] / attempts if attempts else 0.0,
-        failures_per_attempt_without_preemption=(
-            without / (attempts - preempted) if attempts > preempted else 0.0),
-    )
+    totals = Totals()
+    for d in days:
+        totals.add(d)
+    return totals.figures()

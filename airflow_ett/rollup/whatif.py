@@ -14,7 +14,7 @@ The gain is in ETT% points and in GPU-hours given back, so a team sees where eff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Final, Literal
 
 import msgspec
@@ -44,41 +44,80 @@ class WhatIf(msgspec.Struct, frozen=True, kw_only=True):
         return f"every start's {self.component} {self.amount:g} s faster"
 
 
-def _result(kind: Literal["cut", "faster_start"], component: str, amount: float,
-            days: Sequence[JobDay], saved_us: list[int]) -> WhatIf:
-    e2e = sum(d.e2e_us for d in days)
-    effective = sum(d.effective_us for d in days)
-    saved = sum(saved_us)
-    before = share_pct(effective, e2e)
-    after = share_pct(effective, e2e - saved)
-    return WhatIf(kind=kind, component=component, amount=amount, ett_pct_before=before,
-                  ett_pct_after=after, gain_pts=after - before, e2e_s_saved=saved / US_PER_S,
-                  gpu_hours_saved=sum(s * d.gpus for s, d in zip(saved_us, days, strict=True))
-                  / US_PER_H)
+def _check(cut_pct: float, start_s: float) -> None:
+    if not 0 <= cut_pct <= 100:
+        raise ValueError(f"cut_pct: {cut_pct!r} is not a percentage in [0, 100]")
+    if not start_s >= 0:
+        raise ValueError(f"start_s: {start_s!r} is not a non-negative number of seconds")
 
 
-def cut(days: Sequence[JobDay], component: str, pct: float) -> WhatIf:
-    if component not in COMPONENTS or component == EFFECTIVE:
-        raise ValueError(f"component: {component!r} is not a component of lost time")
-    if not 0 <= pct <= 100:
-        raise ValueError(f"cut_pct: {pct!r} is not a percentage in [0, 100]")
-    saved = [round(d.components_us[component] * pct / 100) for d in days]
-    return _result("cut", component, pct, days, saved)
+#: What each what-if cuts, in the order of `Savings.saved_us`: five cuts, three starts.
+ASKED: Final[tuple[tuple[Literal["cut", "faster_start"], str], ...]] = (
+    *(("cut", c) for c in COMPONENTS if c != EFFECTIVE),
+    *(("faster_start", c) for c in START_COMPONENTS),
+)
 
 
-def faster_start(days: Sequence[JobDay], component: str, seconds: float) -> WhatIf:
-    if component not in START_COMPONENTS:
-        raise ValueError(f"component: {component!r} is not repeated by every start "
-                         f"(one of {', '.join(START_COMPONENTS)})")
-    if not seconds >= 0:
-        raise ValueError(f"start_s: {seconds!r} is not a non-negative number of seconds")
-    per_start = round(seconds * US_PER_S)
-    saved = [min(d.attempts * per_start, d.components_us[component]) for d in days]
-    return _result("faster_start", component, seconds, days, saved)
+class Savings(msgspec.Struct, kw_only=True, gc=False):
+    """What every what-if of `ASKED` saves over a group's jobs, in sums that add up
+    (`merge`), as `figures.Totals` does for the figures: per job, a cut saves
+    `round(us * cut_pct / 100)` of the component, a faster start `min(attempts * d, us)`;
+    GPU-weighted beside. Mutable: an accumulator (`add`, `merge`)."""
+
+    cut_pct: float
+    start_s: float
+    e2e_us: int = 0
+    effective_us: int = 0
+    saved_us: list[int] = msgspec.field(default_factory=lambda: [0] * len(ASKED))
+    saved_gpu_us: list[int] = msgspec.field(default_factory=lambda: [0] * len(ASKED))
+
+    def __post_init__(self) -> None:
+        _check(self.cut_pct, self.start_s)
+        if not len(self.saved_us) == len(self.saved_gpu_us) == len(ASKED):
+            raise ValueError(f"saved_us: {len(self.saved_us)} sums; one per what-if "
+                             f"({len(ASKED)}) expected")
+
+    def add(self, d: JobDay) -> None:
+        us = d.components_us
+        self.e2e_us += d.e2e_us
+        self.effective_us += us[EFFECTIVE]
+        saved, saved_gpu, gpus = self.saved_us, self.saved_gpu_us, d.gpus
+        pct, per_start = self.cut_pct, round(self.start_s * US_PER_S)
+        for i, (kind, c) in enumerate(ASKED):
+            s = round(us[c] * pct / 100) if kind == "cut" else min(d.attempts * per_start, us[c])
+            saved[i] += s
+            saved_gpu[i] += s * gpus
+
+    def merge(self, other: Savings) -> None:
+        """Add `other`'s sums to these; both must ask the same amounts."""
+        if (other.cut_pct, other.start_s) != (self.cut_pct, self.start_s):
+            raise ValueError(f"what-if amounts: cut_pct {other.cut_pct!r} / start_s "
+                             f"{other.start_s!r} differ from {self.cut_pct!r} / "
+                             f"{self.start_s!r}: the sums do not add up")
+        self.e2e_us += other.e2e_us
+        self.effective_us += other.effective_us
+        for i in range(len(ASKED)):
+            self.saved_us[i] += other.saved_us[i]
+            self.saved_gpu_us[i] += other.saved_gpu_us[i]
+
+    def results(self) -> list[WhatIf]:
+        """Every what-if, largest gain first."""
+        before = share_pct(self.effective_us, self.e2e_us)
+        rows = []
+        for (kind, component), s, g in zip(ASKED, self.saved_us, self.saved_gpu_us,
+                                           strict=True):
+            after = share_pct(self.effective_us, self.e2e_us - s)
+            rows.append(WhatIf(
+                kind=kind, component=component,
+                amount=self.cut_pct if kind == "cut" else self.start_s,
+                ett_pct_before=before, ett_pct_after=after, gain_pts=after - before,
+                e2e_s_saved=s / US_PER_S, gpu_hours_saved=g / US_PER_H))
+        return sorted(rows, key=lambda w: (-w.gain_pts, w.kind, COMPONENTS.index(w.component)))
 
 
-def what_ifs(days: Sequence[JobDay], *, cut_pct: float, start_s: float) -> list[WhatIf]:
+def what_ifs(days: Iterable[JobDay], *, cut_pct: float, start_s: float) -> list[WhatIf]:
     """Both forms for every component they apply to, largest gain first."""
-    rows = [cut(days, c, cut_pct) for c in COMPONENTS if c != EFFECTIVE]
-    rows += [faster_start(days, c, start_s) for c in START_COMPONENTS]
-    return sorted(rows, key=lambda w: (-w.gain_pts, w.kind, COMPONENTS.index(w.component)))
+    savings = Savings(cut_pct=cut_pct, start_s=start_s)
+    for d in days:
+        savings.add(d)
+    return savings.results()

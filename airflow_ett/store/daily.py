@@ -27,7 +27,7 @@ from airflow_ett.store.schema import daily_days, daily_groups, daily_jobs, event
 
 if TYPE_CHECKING:
     from airflow_ett.ett.attribution import JobAttribution
-    from airflow_ett.rollup import ComponentsConfig, DayRollup, DayWindow
+    from airflow_ett.rollup import ComponentsConfig, DayPart, DayRollup, DayWindow
     from airflow_ett.store.store import EttStore
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,22 @@ def _job_row(day: str, d: JobDay) -> dict[str, Any]:
             "payload": json.dumps(payload, separators=(",", ":"))}
 
 
+#: `ett_daily_groups.scope` of a day's parts (`rollup.parts`); their key is `_part_key`.
+PART_SCOPE: Final = "part"
+
+
+def _part_key(p: DayPart) -> str:
+    """Unique per (DAG, tenant, model), readable in SQL: a JSON array (null: no DAG)."""
+    return json.dumps([p.dag_id, p.tenant, p.model], separators=(",", ":"))
+
+
+def _part_row(day: str, p: DayPart) -> dict[str, Any]:
+    figures = p.totals.figures()
+    return {"day": day, "scope": PART_SCOPE, "key": _part_key(p), "jobs": figures.jobs,
+            "ett_pct": figures.ett_pct, "gpu_hours": figures.gpu_hours,
+            "gpu_hours_lost": figures.gpu_hours_lost, "payload": _json(p)}
+
+
 def _group_rows(r: DayRollup) -> list[dict[str, Any]]:
     rows = []
     for scope, groups in (("tenant", r.tenants), ("model", r.models)):
@@ -176,14 +192,15 @@ class DailyRollups:
     def compute_day(self, window: DayWindow, components: ComponentsConfig, *, now: float,
                     cut_pct: float = 50.0, start_s: float = 60.0) -> DayRollup:
         """Roll the day up from the store's events and replace its rows."""
-        from airflow_ett.rollup import job_day, rollup_day
+        from airflow_ett.rollup import day_parts, job_day, rollup_of_parts
 
-        parts = [job_day(a, window, gpus=a.world_size, synthetic=a.synthetic)
-                 for a in self.attributions(window.lo, window.hi, now=now)]
-        days = [p for p in parts if p is not None]
-        rollup = rollup_day(window, days, components, computed_at=now, cut_pct=cut_pct,
-                            start_s=start_s)
-        self.replace(rollup, days)
+        cut = [job_day(a, window, gpus=a.world_size, synthetic=a.synthetic)
+               for a in self.attributions(window.lo, window.hi, now=now)]
+        days = [d for d in cut if d is not None]
+        parts = day_parts(days, cut_pct=cut_pct, start_s=start_s)
+        rollup = rollup_of_parts(window, parts, components, computed_at=now, cut_pct=cut_pct,
+                                 start_s=start_s)
+        self.replace(rollup, days, parts)
         return rollup
 
     def compute(self, windows: Iterable[DayWindow], components: ComponentsConfig, *,
@@ -197,15 +214,17 @@ class DailyRollups:
                 advance(1)
         return out
 
-    def replace(self, rollup: DayRollup, job_days: Sequence[JobDay]) -> None:
-        """The day's rows become these, in one transaction."""
+    def replace(self, rollup: DayRollup, job_days: Sequence[JobDay],
+                parts: Sequence[DayPart]) -> None:
+        """The day's rows become these, in one transaction: the day, its groups, its parts
+        (as group rows of scope `part`) and its job-days."""
         day = rollup.day
         fleet = rollup.fleet
         day_row = {"day": day, "tz": rollup.tz, "lo": rollup.lo, "hi": rollup.hi,
                    "computed_at": rollup.computed_at, "provisional": rollup.provisional,
                    "jobs": fleet.jobs, "ett_pct": fleet.ett_pct, "gpu_hours": fleet.gpu_hours,
                    "gpu_hours_lost": fleet.gpu_hours_lost, "payload": _json(rollup)}
-        group_rows = _group_rows(rollup)
+        group_rows = _group_rows(rollup) + [_part_row(day, p) for p in parts]
         job_rows = [_job_row(day, d) for d in job_days]
 
         def write(conn: Connection) -> None:
@@ -317,6 +336,17 @@ class DailyRollups:
                             e2e_s, decode(payload))
                 for (job, tenant, model, dag_id, run_id, gpus, provisional, synthetic, e2e_s,
                      payload) in cast("list[tuple[Any, ...]]", rows)]
+
+    def parts(self, day: str) -> list[DayPart]:
+        """The day's parts (`rollup.parts`), in key order; none for a day stored before
+        parts were (its job rows still make them: `rollup.day_parts`)."""
+        from airflow_ett.rollup import DayPart
+
+        c = daily_groups.c
+        query = sa.select(c.payload).where(c.day == day, c.scope == PART_SCOPE)
+        payloads = self._store._read(lambda conn: conn.scalars(query).all())
+        decoder = msgspec.json.Decoder(DayPart)
+        return sorted((decoder.decode(payload) for payload in payloads), key=lambda p: p.key)
 
     def group_rows(self, day: str, scope: str) -> list[dict[str, Any]]:
         query = (sa.select(daily_groups)

@@ -114,7 +114,7 @@ daily_groups = sa.Table(
     "ett_daily_groups",
     metadata,
     sa.Column("day", sa.String(10), primary_key=True),
-    sa.Column("scope", sa.String(16), primary_key=True),  # tenant | model | team
+    sa.Column("scope", sa.String(16), primary_key=True),  # tenant|model|team|part
     sa.Column("key", sa.String(), primary_key=True),
     sa.Column("jobs", sa.Integer(), nullable=False),
     sa.Column("ett_pct", sa.Double(), nullable=True),  # None for a team (it owns components)

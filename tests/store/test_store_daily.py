@@ -157,6 +157,27 @@ def test_job_days_give_back_what_the_day_was_rolled_up_from(store: EttStore) -> 
     assert store.daily.job_days("2026-11-28", dag_ids=()) == []
 
 
+def test_the_parts_of_a_day_are_stored_replaced_and_read_back(store: EttStore) -> None:
+    from airflow_ett.rollup import day_parts, rollup_of_parts
+
+    store.insert_events([*_with_dag(job_a(), "dag_a"), *_with_dag(job_b(), "dag_b"),
+                         *late_job()])
+    rollup = store.daily.compute_day(WINDOW, load_components(), now=NOW, cut_pct=20,
+                                     start_s=30)
+    parts = store.daily.parts("2026-11-28")
+    # one part per (DAG, tenant, model), in key order; the CLI's late job has no DAG
+    assert [(p.dag_id, p.tenant, p.model, p.totals.jobs) for p in parts] == [
+        (None, "t3", "", 1), ("dag_a", "t1", "m1", 1), ("dag_b", "t2", "m1", 1)]
+    assert parts == day_parts(store.daily.job_days("2026-11-28"), cut_pct=20, start_s=30)
+    assert rollup_of_parts(WINDOW, parts, load_components(), computed_at=NOW, cut_pct=20,
+                           start_s=30) == rollup
+    assert {r["key"] for r in store.daily.group_rows("2026-11-28", daily.PART_SCOPE)} == {
+        '[null,"t3",""]', '["dag_a","t1","m1"]', '["dag_b","t2","m1"]'}
+    store.daily.compute_day(WINDOW, load_components(), now=NOW + 1, cut_pct=20, start_s=30)
+    assert store.daily.parts("2026-11-28") == parts  # replaced, not doubled
+    assert store.daily.parts("2026-11-20") == []
+
+
 def test_a_row_with_components_left_out_reads_them_as_zero() -> None:
     from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
     from airflow_ett.store.daily import job_day_of_row

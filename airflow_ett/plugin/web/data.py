@@ -7,12 +7,14 @@ The fleet, two ways, same result for the same jobs:
 
 - A user who may read every DAG gets the stored days (`ett_daily_days`, one row per day:
   what the nightly rollup computed), the cheap path.
-- A user who may read only some DAGs gets days recomputed from the per-job rows of the
-  days (`ett_daily_jobs`) of the DAGs they may read (filtered in SQL, on the table's
-  `(day, dag_id)` index, so the other DAGs' rows are never read): the same
-  `rollup_day` over the same job-days, so the figures are those the nightly run would have
-  stored for a fleet of just those jobs (tests/plugin/web/test_data.py checks that with
-  every DAG readable the recomputed days equal the stored ones). A job with no DAG (sent
+- A user who may read only some DAGs gets each day as the merge of the stored parts of
+  the DAGs they may read (`rollup.parts`: one row per DAG, tenant and model, sums that add
+  up; `rollup_of_parts`, the computation the nightly run itself stored the day with), so
+  the figures are those the nightly run would have stored for a fleet of just those jobs,
+  at a cost in DAGs, not jobs (tests/plugin/web/test_data.py checks that with every DAG
+  readable the merged days equal the stored ones). A day stored before parts were is
+  made again from the readable DAGs' job rows (`ett_daily_jobs`, filtered in SQL on its
+  `(day, dag_id)` index, so the other DAGs' rows are never read). A job with no DAG (sent
   by the CLI) or of a DAG Airflow does not know is readable only by the first kind of user.
   The what-if amounts and the components file are the stored day's own.
 
@@ -48,11 +50,13 @@ from airflow_ett.plugin.web import models
 from airflow_ett.rollup import (
     ComponentsConfig,
     ComponentsError,
+    DayPart,
     DayRollup,
     DayWindow,
     JobDay,
+    day_parts,
     load_components,
-    rollup_day,
+    rollup_of_parts,
 )
 
 if TYPE_CHECKING:
@@ -142,10 +146,10 @@ def _components_of(day: DayRollup, fallback: ComponentsConfig | None) -> Compone
 
 class _Recent:
     """The last `size` restricted days computed, by (store, day, computed_at, DAGs): a
-    day's rows change only when the rollup rewrites it (a new `computed_at`), and reading
-    and re-rolling them costs about 10 us a readable job (5 to read, 5 for `rollup_day`;
-    bench/pages.py, 2 cores): 300 ms for two weeks of 1,500 jobs a day. So a user's second
-    look at the same days reads no job row."""
+    day's rows change only when the rollup rewrites it (a new `computed_at`). Merging a
+    day's parts costs about 1.5 ms (11 DAGs, 1,500 jobs; 2 cores), but a day stored
+    without parts costs about 13 us a readable job (300 ms for two weeks of 1,500 jobs a
+    day), so a user's second look at the same days reads nothing."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -195,14 +199,14 @@ def _collector_paused() -> Iterator[None]:
     """No cyclic garbage collection inside the block (reference counting still frees
     everything); as it was after it.
 
-    Why: a restricted day makes ~5 tracked objects per job row that live until its
-    rollup is done, so the collector's young generations promote them all (nothing in
-    them is garbage yet) and every ~150,000 promotions Python runs a full collection of
-    the whole API server heap: ~700,000 objects, 400 ms on this project's 2-core VM
-    (bench/pages.py), inside one user's request. Paused, the day's objects are freed by
-    reference counting before the collector next runs, and never promoted. The pause is
-    process-wide but short (one day's rows, ~20 ms for 1,500 jobs); a concurrent request
-    only runs without collection meanwhile."""
+    Why: re-rolling a day stored without parts (below) makes ~5 tracked objects per job
+    row that live until its rollup is done, so the collector's young generations promote
+    them all (nothing in them is garbage yet) and every ~150,000 promotions Python runs a
+    full collection of the whole API server heap: ~700,000 objects, 400 ms on this
+    project's 2-core VM (bench/pages.py), inside one user's request. Paused, the day's
+    objects are freed by reference counting before the collector next runs, and never
+    promoted. The pause is process-wide but short; a concurrent request only runs without
+    collection meanwhile."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -212,23 +216,28 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _readable_parts(store: EttStore, day: DayRollup, scope: DagScope,
+                    cut_pct: float, start_s: float) -> list[DayPart]:
+    """The day's parts of the DAGs `scope` allows: as stored by the nightly rollup, or,
+    for a day stored before parts were, made again from the readable DAGs' job rows
+    (`dag_id IN ...` on the table's (day, dag_id) index, so the other DAGs' rows never
+    leave the database). `allows` stays the rule itself either way."""
+    stored = store.daily.parts(day.day)
+    if stored or day.fleet.jobs == 0:
+        return [p for p in stored if scope.allows(p.dag_id)]
+    with _collector_paused():
+        readable = [d for d in store.daily.job_days(day.day, dag_ids=scope.dag_ids)
+                    if scope.allows(d.dag_id)]
+        return day_parts(readable, cut_pct=cut_pct, start_s=start_s)
+
+
 def _recompute(store: EttStore, day: DayRollup, scope: DagScope,
                components: ComponentsConfig | None) -> DayRollup:
-    with _collector_paused():
-        return _rollup_of_readable(store, day, scope, components)
-
-
-def _rollup_of_readable(store: EttStore, day: DayRollup, scope: DagScope,
-                        components: ComponentsConfig | None) -> DayRollup:
-    # Only the readable DAGs' rows leave the database (`dag_id IN ...` on its (day, dag_id)
-    # index), decoded straight into job-days; `allows` stays as the rule itself, so a
-    # store that returned more would still show nothing of another DAG.
-    parts = [d for d in store.daily.job_days(day.day, dag_ids=scope.dag_ids)
-             if scope.allows(d.dag_id)]
     window = DayWindow(day=dt.date.fromisoformat(day.day), tz=day.tz, lo=day.lo, hi=day.hi)
     cut_pct, start_s = _what_if_amounts(day)
-    return rollup_day(window, parts, _components_of(day, components),
-                      computed_at=day.computed_at, cut_pct=cut_pct, start_s=start_s)
+    parts = _readable_parts(store, day, scope, cut_pct, start_s)
+    return rollup_of_parts(window, parts, _components_of(day, components),
+                           computed_at=day.computed_at, cut_pct=cut_pct, start_s=start_s)
 
 
 def fleet_days(store: EttStore, first: dt.date, last: dt.date, scope: DagScope,

@@ -1,15 +1,18 @@
 """The pages' figures (`airflow_ett.plugin.web.data`) against the store they are read from.
 
-The fleet over the DAGs a user may read is recomputed from the per-job rows: with every
-DAG readable it must give back the stored days exactly, and with one DAG it must equal a
+The fleet over the DAGs a user may read is the merge of those DAGs' stored parts (or, for a
+day stored before parts were, recomputed from their job rows): with every DAG readable it
+must give back the stored days exactly, and with one DAG it must equal a
 rollup made straight from that DAG's events (not from the rows), so the two paths cannot
 share a mistake. A run's figures must equal the store's own summary of the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gc
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -19,7 +22,16 @@ from airflow_ett.ett.attribution import attribute_job, clip_to_window
 from airflow_ett.jobs import job_id_for
 from airflow_ett.plugin.web import data
 from airflow_ett.plugin.web.data import DagScope, DaysError, days_asked
-from airflow_ett.rollup import DayWindow, JobDay, job_day, load_components, rollup_day
+from airflow_ett.rollup import (
+    DayPart,
+    DayRollup,
+    DayWindow,
+    JobDay,
+    job_day,
+    load_components,
+    rollup_day,
+    rollup_of_parts,
+)
 from airflow_ett.store import EttStore
 from airflow_ett.store.daily import DailyRollups
 from tests.plugin.web import fleet as F
@@ -75,6 +87,9 @@ def test_every_dag_readable_gives_back_the_stored_days(store: EttStore, fleet: F
         parts = [data.job_day_of_row(r) for r in store.daily.job_rows(stored.day)]
         assert rollup_day(window, parts, load_components(),
                           computed_at=stored.computed_at) == stored
+        # and the stored parts, merged, give the day back too
+        assert rollup_of_parts(window, store.daily.parts(stored.day), load_components(),
+                               computed_at=stored.computed_at) == stored
 
 
 def test_a_restricted_day_equals_a_rollup_of_that_dags_events(store: EttStore,
@@ -122,69 +137,99 @@ def test_the_fleet_view_of_the_stored_days(store: EttStore, fleet: F.Fleet) -> N
     assert data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True)).figures is None
 
 
-def test_a_restricted_day_reads_only_the_readable_dags_rows(
+def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, bool]]:
+    """Every day's parts and job-days read, as (what, day, collector enabled)."""
+    reads: list[tuple[str, str, bool]] = []
+    parts, job_days = DailyRollups.parts, DailyRollups.job_days
+
+    def spy_parts(self: DailyRollups, day: str) -> list[DayPart]:
+        reads.append(("parts", day, gc.isenabled()))
+        return parts(self, day)
+
+    def spy_job_days(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
+        reads.append(("job_days", day, gc.isenabled()))
+        got = job_days(self, day, **kw)
+        assert {d.dag_id for d in got} <= set(kw["dag_ids"])  # the readable DAGs' only
+        return got
+
+    monkeypatch.setattr(DailyRollups, "parts", spy_parts)
+    monkeypatch.setattr(DailyRollups, "job_days", spy_job_days)
+    return reads
+
+
+@contextlib.contextmanager
+def _parts_forgotten(store: EttStore, day: str) -> Iterator[None]:
+    """The day as a version before parts stored it (its job rows, no part rows) inside the
+    block; its part rows back after it (the store is the session's)."""
+    import sqlalchemy as sa
+
+    from airflow_ett.store.daily import PART_SCOPE, _part_row
+    from airflow_ett.store.schema import daily_groups
+
+    c = daily_groups.c
+    kept = [_part_row(day, p) for p in store.daily.parts(day)]
+    store._write(lambda conn: conn.execute(
+        sa.delete(daily_groups).where(c.day == day, c.scope == PART_SCOPE)))
+    try:
+        yield
+    finally:
+        store._write(lambda conn: conn.execute(sa.insert(daily_groups), kept))
+
+
+def test_a_restricted_day_adds_up_the_stored_parts_and_reads_no_job_row(
         store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[tuple[str, frozenset[str] | None]] = []
-    read = DailyRollups.job_days
-
-    def spy(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
-        parts = read(self, day, **kw)
-        dag_ids = kw.get("dag_ids")
-        asked.append((day, None if dag_ids is None else frozenset(dag_ids)))
-        assert {p.dag_id for p in parts} <= {F.DAG_A}
-        return parts
-
-    monkeypatch.setattr(DailyRollups, "job_days", spy)
     stored = fleet.days[1]
+    assert {p.dag_id for p in store.daily.parts(stored.day)} == {F.DAG_A, F.DAG_SECRET}
+    reads = _spy_reads(monkeypatch)
     # A DAG set no earlier test used: not in the pages' cache of recent days.
     only_a = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "no_such_dag"}))
-    assert data.readable_day(store, stored, only_a) == data.readable_day(store, stored, ONLY_A)
-    assert asked[0] == (stored.day, only_a.dag_ids)
+    got = data.readable_day(store, stored, only_a)
+    assert reads == [("parts", stored.day, True)]
+    assert got == data.readable_day(store, stored, ONLY_A) and got.fleet.jobs == 1
 
 
-def test_a_day_of_readable_dags_only_is_the_stored_day(
+def test_a_day_stored_without_parts_is_made_from_the_readable_dags_rows(
         store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    read: list[str] = []
-    job_days = DailyRollups.job_days
-
-    def spy(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
-        read.append(day)
-        return job_days(self, day, **kw)
-
-    monkeypatch.setattr(DailyRollups, "job_days", spy)
-    scope = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "a_dag_of_no_job"}))
-    day2, day3 = fleet.days[1], fleet.days[2]
-    assert store.daily.dag_ids_of_day(day3.day) == {F.DAG_A}  # only A2 runs on day 3
-    assert data.readable_day(store, day3, scope) is day3 and read == []
-    assert store.daily.dag_ids_of_day(fleet.days[0].day) == {F.DAG_A, None}  # C1: no DAG
-    got = data.readable_day(store, day2, scope)  # B1 of the secret DAG ran on day 2
-    assert read == [day2.day] and got.fleet.jobs == 1 and day2.fleet.jobs == 2
+    stored = fleet.days[1]
+    with_parts = data._recompute(store, stored, ONLY_A, None)
+    with _parts_forgotten(store, stored.day):
+        _recomputed_from_rows(store, stored, with_parts, monkeypatch)
+    assert store.daily.parts(stored.day) != []
 
 
-def test_a_restricted_day_is_recomputed_with_the_collector_paused(
-        store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[bool] = []
-    job_days = DailyRollups.job_days
-
-    def spy(self: DailyRollups, day: str, **kw: Any) -> list[JobDay]:
-        seen.append(gc.isenabled())
-        return job_days(self, day, **kw)
-
-    monkeypatch.setattr(DailyRollups, "job_days", spy)
+def _recomputed_from_rows(store: EttStore, stored: DayRollup, with_parts: DayRollup,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    assert store.daily.parts(stored.day) == []
+    reads = _spy_reads(monkeypatch)
     assert gc.isenabled()
-    scope = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "paused_gc_test"}))
-    data.readable_day(store, fleet.days[1], scope)
-    assert seen == [False] and gc.isenabled()  # paused inside, enabled again after
+    assert data._recompute(store, stored, ONLY_A, None) == with_parts
+    # read with the collector paused (the module's `_collector_paused` says why), and
+    # enabled again after
+    assert reads == [("parts", stored.day, True), ("job_days", stored.day, False)]
+    assert gc.isenabled()
     gc.disable()
     try:  # a caller who disabled the collector keeps it disabled
-        data._recompute(store, fleet.days[1], scope, None)
+        data._recompute(store, stored, ONLY_A, None)
         assert not gc.isenabled()
     finally:
         gc.enable()
     monkeypatch.setattr(DailyRollups, "job_days", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
-        data._recompute(store, fleet.days[1], scope, None)
+        data._recompute(store, stored, ONLY_A, None)
     assert gc.isenabled()  # and enabled again when the recomputation fails
+
+
+def test_a_day_of_readable_dags_only_is_the_stored_day(
+        store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _spy_reads(monkeypatch)
+    scope = DagScope(all_dags=False, dag_ids=frozenset({F.DAG_A, "a_dag_of_no_job"}))
+    day2, day3 = fleet.days[1], fleet.days[2]
+    assert store.daily.dag_ids_of_day(day3.day) == {F.DAG_A}  # only A2 runs on day 3
+    assert data.readable_day(store, day3, scope) is day3 and reads == []
+    assert store.daily.dag_ids_of_day(fleet.days[0].day) == {F.DAG_A, None}  # C1: no DAG
+    got = data.readable_day(store, day2, scope)  # B1 of the secret DAG ran on day 2
+    assert [r[:2] for r in reads] == [("parts", day2.day)]
+    assert got.fleet.jobs == 1 and day2.fleet.jobs == 2
 
 
 def test_a_window_with_no_rollup_says_so(store: EttStore, fleet: F.Fleet,
