@@ -23,6 +23,7 @@ CONFIG_DEFAULTS: Final[dict[str, str]] = {
     "report_dir": "{AIRFLOW_HOME}/ett_reports",
     "whatif_cut_pct": "50",
     "whatif_start_s": "60",
+    "rollup_silent_after_s": "86400",
 }
 
 _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
@@ -83,6 +84,14 @@ _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
     "whatif_start_s": (
         "The what-if of the reports: the fleet ETT% if every start (repeated by every "
         "recovery) were this many seconds faster.",
+        "float",
+    ),
+    "rollup_silent_after_s": (
+        "A job that has not ended and sent no event for this many seconds is counted by "
+        "the rollup only up to this long after its last event (an abandoned job: its "
+        "worker died unseen, its events were lost), and the days say how many were cut "
+        "so. Set it above the longest silence of a live job (a queue wait, a data load); "
+        "0 counts every unended job up to now.",
         "float",
     ),
 }

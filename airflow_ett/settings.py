@@ -134,6 +134,7 @@ class RollupSettings:
     report_dir: Path
     whatif_cut_pct: float
     whatif_start_s: float
+    silent_after_s: float  # 0: no bound
 
     @classmethod
     def load(cls) -> RollupSettings:
@@ -158,4 +159,7 @@ class RollupSettings:
                                            0, 100),
             whatif_start_s=_parse_float_in("whatif_start_s", raw_setting("whatif_start_s"),
                                            0, 86400),
+            silent_after_s=_parse_float_in("rollup_silent_after_s",
+                                           raw_setting("rollup_silent_after_s"), 0,
+                                           366 * 86400),
         )

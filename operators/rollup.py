@@ -41,7 +41,8 @@ def nightly_rollup(day: dt.date, *, store_url: str | None = None,
         rollups = store.daily.compute(windows(first, day, settings.timezone), components,
                                       now=time.time() if now is None else now,
                                       cut_pct=settings.whatif_cut_pct,
-                                      start_s=settings.whatif_start_s)
+                                      start_s=settings.whatif_start_s,
+                                      silent_after_s=settings.silent_after_s)
         for rollup in rollups:
             out = Path(settings.report_dir) / rollup.day
             write_day_report(store, rollup.day, out)

@@ -136,7 +136,7 @@ def test_installed_metadata_declares_the_provider() -> None:
     assert set(info["config"]["ett"]["options"]) == {
         "store_url", "disabled", "spool_dir", "emit_timeout", "work_dir", "rollup_timezone",
         "components_file", "rollup_recompute_days", "rollup_catchup_days", "report_dir",
-        "whatif_cut_pct", "whatif_start_s"
+        "whatif_cut_pct", "whatif_start_s", "rollup_silent_after_s",
     }
 
 

@@ -172,3 +172,40 @@ def test_a_lone_percent_is_a_clear_error_as_in_airflow(home: Path) -> None:
     write_cfg(home / "airflow.cfg", store_url="postgresql+psycopg2://ett:p%40ss@db/ett")
     with pytest.raises(SettingsError, match=r"cannot read \[ett\] store_url from .*airflow.cfg"):
         raw_setting("store_url")
+
+
+def test_rollup_defaults(home: Path) -> None:
+    from airflow_ett.settings import RollupSettings
+
+    s = RollupSettings.load()
+    assert (s.timezone, s.components_file, s.recompute_days, s.catchup_days) == (
+        "UTC", None, 2, 30)
+    assert s.report_dir == home / "ett_reports"
+    assert (s.whatif_cut_pct, s.whatif_start_s, s.silent_after_s) == (50.0, 60.0, 86400.0)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("rollup_timezone", "Mars/Olympus", "rollup_timezone must be an IANA time zone name"),
+    ("rollup_recompute_days", "0", "rollup_recompute_days must be >= 1, got '0'"),
+    ("rollup_catchup_days", "two", "rollup_catchup_days must be an integer, got 'two'"),
+    ("whatif_cut_pct", "101", r"whatif_cut_pct must be in \[0, 100\], got '101'"),
+    ("whatif_start_s", "-1", r"whatif_start_s must be in \[0, 86400\], got '-1'"),
+    ("rollup_silent_after_s", "-5", r"rollup_silent_after_s must be in \[0, 3.1\d+e\+07\], "
+                                    "got '-5'"),
+    ("rollup_silent_after_s", "soon", "rollup_silent_after_s must be a number, got 'soon'"),
+])
+def test_a_bad_rollup_setting_names_itself_and_its_value(
+        home: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: str, message: str) -> None:
+    from airflow_ett.settings import RollupSettings
+
+    monkeypatch.setenv(f"AIRFLOW__ETT__{key.upper()}", value)
+    with pytest.raises(SettingsError, match=rf"\[ett\] {message}"):
+        RollupSettings.load()
+
+
+def test_the_silent_bound_can_be_turned_off(home: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ett.settings import RollupSettings
+
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLUP_SILENT_AFTER_S", "0")
+    assert RollupSettings.load().silent_after_s == 0.0

@@ -91,9 +91,12 @@ def rollup_command(args: argparse.Namespace) -> int:
     with EttStore(store_url(args)) as store, progress(count, "rollup days") as advance:
         rollups = store.daily.compute(windows(first, last, tz), components, now=time.time(),
                                       cut_pct=settings.whatif_cut_pct,
-                                      start_s=settings.whatif_start_s, advance=advance)
+                                      start_s=settings.whatif_start_s,
+                                      silent_after_s=settings.silent_after_s, advance=advance)
     for r in rollups:
         note = "   provisional" if r.provisional else ""
+        if r.silent_jobs:
+            note += f"   {r.silent_jobs} silent job(s) cut"
         print(f"{r.day} ({r.tz}): fleet ETT% {r.fleet.ett_pct:.1f}   jobs {r.fleet.jobs}   "
               f"GPU-h {r.fleet.gpu_hours:,.2f}   lost {r.fleet.gpu_hours_lost:,.2f}{note}")
     sys.stdout.flush()

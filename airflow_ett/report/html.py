@@ -402,6 +402,9 @@ def _notes(ordered: Sequence[DayRollup]) -> list[str]:
     synthetic_days = [d.day for d in ordered[:-1] if d.synthetic_jobs]
     if synthetic_days:
         notes.append(f"Days with synthetic jobs: {', '.join(synthetic_days)}.")
+    silent = last.silent_note()
+    if silent is not None:
+        notes.append(f"{last.day}: {silent}.")
     return notes
 
 

@@ -45,6 +45,9 @@ def _headline(name: str, g: GroupFigures, day: DayRollup, before: GroupFigures |
     if day.synthetic_jobs:
         notes.append(f"synthetic data: {day.synthetic_jobs} simulated job(s) "
                      "(airflow-ett fleet simulate)")
+    silent = day.silent_note()
+    if silent is not None:
+        notes.append(f"silent: {silent}")
     out += [Text(n, style="yellow" if terminal else "") for n in notes]
     return out
 

@@ -65,10 +65,23 @@ class DayRollup(msgspec.Struct, frozen=True, kw_only=True):
     top_runs: list[RunLoss]
     components_file: str
     version: int = ROLLUP_VERSION
+    # jobs cut at `silent_after_s` after their last event (0: no bound); added after the
+    # first rows, hence the defaults
+    silent_jobs: int = 0
+    silent_after_s: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = msgspec.to_builtins(self)
         return out
+
+    def silent_note(self) -> str | None:
+        """What every report and page says of the day's silent jobs, if it has any."""
+        if not self.silent_jobs:
+            return None
+        bound = f"{self.silent_after_s / 3600:.4g} h"
+        return (f"{self.silent_jobs} job(s) not ended and silent for over {bound} (abandoned?):"
+                f" counted only up to {bound} after their last event "
+                "([ett] rollup_silent_after_s)")
 
 
 def _slo(fleet: GroupFigures, components: ComponentsConfig) -> list[SloRow]:
@@ -113,7 +126,7 @@ def _merged(parts: Iterable[DayPart], cut_pct: float, start_s: float
 
 def rollup_of_parts(window: DayWindow, parts: Sequence[DayPart], components: ComponentsConfig,
                     *, computed_at: float, cut_pct: float = 50.0, start_s: float = 60.0,
-                    top: int = TOP_RUNS) -> DayRollup:
+                    top: int = TOP_RUNS, silent_after_s: float = 0.0) -> DayRollup:
     """The day's figures over these parts (all of a day's: the stored day; the readable
     ones: a restricted user's). The parts must have been made with the same what-if
     amounts (`whatif.Savings.merge` refuses others)."""
@@ -132,14 +145,17 @@ def rollup_of_parts(window: DayWindow, parts: Sequence[DayPart], components: Com
         what_if=savings.results(),
         top_runs=[w.run for w in worst_runs((w for p in parts for w in p.worst), top)],
         components_file=components.source,
+        silent_jobs=sum(p.silent_jobs for p in parts),
+        silent_after_s=silent_after_s,
     )
 
 
 def rollup_day(window: DayWindow, job_days: Iterable[JobDay], components: ComponentsConfig, *,
                computed_at: float, cut_pct: float = 50.0, start_s: float = 60.0,
-               top: int = TOP_RUNS) -> DayRollup:
+               top: int = TOP_RUNS, silent_after_s: float = 0.0) -> DayRollup:
     """The day's figures: the merge of all its parts (`parts.py`). Nothing in it depends
     on the order the store returned the jobs in."""
     parts = day_parts(job_days, cut_pct=cut_pct, start_s=start_s, top=top)
     return rollup_of_parts(window, parts, components, computed_at=computed_at,
-                           cut_pct=cut_pct, start_s=start_s, top=top)
+                           cut_pct=cut_pct, start_s=start_s, top=top,
+                           silent_after_s=silent_after_s)

@@ -48,6 +48,9 @@ class JobDay:
     failures: tuple[FailureInDay, ...]
     attempts: int  # attempts that started in the day
     preempted_attempts: int  # of those, the ones a preemption ended
+    # not ended and silent too long: counted only up to a bound after its last event
+    # (`[ett] rollup_silent_after_s`; decision 0010)
+    silent: bool = False
 
     @property
     def effective_us(self) -> int:
@@ -67,7 +70,7 @@ class JobDay:
 
 
 def job_day(attribution: JobAttribution, window: DayWindow, *, gpus: int = 1,
-            synthetic: bool = False) -> JobDay | None:
+            synthetic: bool = False, silent: bool = False) -> JobDay | None:
     """The job's part of the day, or None when the job has no time and no event in it."""
     if gpus < 1:
         raise ValueError(f"gpus: {gpus!r} is not a positive GPU count")
@@ -95,4 +98,5 @@ def job_day(attribution: JobAttribution, window: DayWindow, *, gpus: int = 1,
         tts_us=tts_us, failures=failures, attempts=len(started),
         preempted_attempts=sum(1 for a in started
                                if a.status == "failed" and a.cause == "preemption"),
+        silent=silent,
     )

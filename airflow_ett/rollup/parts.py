@@ -56,6 +56,7 @@ class DayPart(msgspec.Struct, kw_only=True, gc=False):
     tenant: str
     model: str
     synthetic_jobs: int = 0
+    silent_jobs: int = 0
     totals: Totals
     savings: Savings
     worst: list[WorstRun] = msgspec.field(default_factory=list)  # the worst first
@@ -98,6 +99,7 @@ def day_parts(job_days: Iterable[JobDay], *, cut_pct: float, start_s: float,
         part.totals.add(d)
         part.savings.add(d)
         part.synthetic_jobs += d.synthetic
+        part.silent_jobs += d.silent
         if d.lost_gpu_us > 0:
             candidates[key].append(d)
     for key, part in parts.items():

@@ -56,6 +56,7 @@ class _PayloadOfRow(msgspec.Struct, frozen=True, gc=False):
     failures: list[_FailureOfRow] = []
     attempts: int = 0
     preempted_attempts: int = 0
+    silent: bool = False
 
 
 _payload_of_row: Final = msgspec.json.Decoder(_PayloadOfRow)
@@ -80,7 +81,7 @@ def _job_day_of(job: str, tenant: str, model: str, dag_id: str | None, run_id: s
     return JobDay(job, tenant, model, dag_id, run_id, int(gpus), bool(provisional),
                   bool(synthetic), round(e2e_s * US_PER_S), components_us,
                   None if tts_s is None else round(tts_s * US_PER_S), failures,
-                  payload.attempts, payload.preempted_attempts)
+                  payload.attempts, payload.preempted_attempts, payload.silent)
 
 
 def job_day_of_row(row: Mapping[str, Any]) -> JobDay:
@@ -100,6 +101,7 @@ def _job_row(day: str, d: JobDay) -> dict[str, Any]:
                      for f in d.failures],
         "attempts": d.attempts,
         "preempted_attempts": d.preempted_attempts,
+        "silent": d.silent,
     }
     return {"day": day, "job": d.job, "tenant": d.tenant, "model": d.model,
             "dag_id": d.dag_id, "run_id": d.run_id, "gpus": d.gpus,
@@ -147,14 +149,18 @@ class DailyRollups:
 
     # -- reading what a day needs --------------------------------------------------
 
-    def jobs_touching(self, lo: float, hi: float) -> list[str]:
+    def jobs_touching(self, lo: float, hi: float, *, silent_after_s: float = 0.0) -> list[str]:
         """Jobs whose `[submitted, ended)` can overlap `[lo, hi)`, by id. A job whose
         submission has not arrived is placed by its events (its first is at most its
-        last)."""
+        last); one that has not ended counts up to now, or, with `silent_after_s`, up to
+        that long after its last event."""
         started_before = sa.or_(jobs.c.submitted_ts < hi,
                                 sa.and_(jobs.c.submitted_ts.is_(None),
                                         jobs.c.last_event_ts >= lo))
-        not_over = sa.or_(jobs.c.ended_ts.is_(None), jobs.c.ended_ts >= lo)
+        unended: sa.ColumnElement[bool] = jobs.c.ended_ts.is_(None)
+        if silent_after_s > 0:
+            unended = sa.and_(unended, jobs.c.last_event_ts + silent_after_s >= lo)
+        not_over = sa.or_(unended, jobs.c.ended_ts >= lo)
         query = sa.select(jobs.c.job).where(started_before, not_over).order_by(jobs.c.job)
         return list(self._store._read(lambda conn: conn.scalars(query).all()))
 
@@ -172,17 +178,28 @@ class DailyRollups:
                             "%s", self._store.url, job, event_id, exc)
         return out
 
-    def attributions(self, lo: float, hi: float, *, now: float) -> Iterator[JobAttribution]:
-        """The attribution of every job touching `[lo, hi)`, a chunk of jobs at a time."""
+    def attributions(self, lo: float, hi: float, *, now: float,
+                     silent_after_s: float = 0.0) -> Iterator[JobAttribution]:
+        """The attribution of every job touching `[lo, hi)`, a chunk of jobs at a time.
+
+        With `silent_after_s`, a job that has not ended is attributed as of
+        `min(now, its last event + silent_after_s)`: one whose worker died unseen (or
+        whose events were lost) stops adding lost time a bound after it fell silent,
+        instead of in every later day (decision 0010). Its `ended_at` is then before `now`
+        (`silent`)."""
         from airflow_ett.ett.attribution import AttributionError, attribute_job
 
-        ids = self.jobs_touching(lo, hi)
+        ids = self.jobs_touching(lo, hi, silent_after_s=silent_after_s)
         for start in range(0, len(ids), _JOB_CHUNK):
             chunk = ids[start:start + _JOB_CHUNK]
             by_job = self._store._read(partial(self._events_by_job, ids=chunk))
             for job in chunk:
+                evs = by_job[job]
+                as_of = now
+                if silent_after_s > 0 and evs:
+                    as_of = min(now, max(e.ts for e in evs) + silent_after_s)
                 try:
-                    yield attribute_job(by_job[job], now=now)
+                    yield attribute_job(evs, now=as_of)
                 except AttributionError as exc:
                     log.warning("ETT store %s: job %r left out of the rollup: %s",
                                 self._store.url, job, exc)
@@ -190,26 +207,31 @@ class DailyRollups:
     # -- computing and keeping days ------------------------------------------------
 
     def compute_day(self, window: DayWindow, components: ComponentsConfig, *, now: float,
-                    cut_pct: float = 50.0, start_s: float = 60.0) -> DayRollup:
+                    cut_pct: float = 50.0, start_s: float = 60.0,
+                    silent_after_s: float = 0.0) -> DayRollup:
         """Roll the day up from the store's events and replace its rows."""
         from airflow_ett.rollup import day_parts, job_day, rollup_of_parts
 
-        cut = [job_day(a, window, gpus=a.world_size, synthetic=a.synthetic)
-               for a in self.attributions(window.lo, window.hi, now=now)]
+        # silent in this day: cut before the day (or now) ends, so it lost time here
+        cut = [job_day(a, window, gpus=a.world_size, synthetic=a.synthetic,
+                       silent=a.provisional and a.ended_at < min(now, window.hi))
+               for a in self.attributions(window.lo, window.hi, now=now,
+                                          silent_after_s=silent_after_s)]
         days = [d for d in cut if d is not None]
         parts = day_parts(days, cut_pct=cut_pct, start_s=start_s)
         rollup = rollup_of_parts(window, parts, components, computed_at=now, cut_pct=cut_pct,
-                                 start_s=start_s)
+                                 start_s=start_s, silent_after_s=silent_after_s)
         self.replace(rollup, days, parts)
         return rollup
 
     def compute(self, windows: Iterable[DayWindow], components: ComponentsConfig, *,
                 now: float, cut_pct: float = 50.0, start_s: float = 60.0,
+                silent_after_s: float = 0.0,
                 advance: Callable[[int], None] | None = None) -> list[DayRollup]:
         out = []
         for window in windows:
             out.append(self.compute_day(window, components, now=now, cut_pct=cut_pct,
-                                        start_s=start_s))
+                                        start_s=start_s, silent_after_s=silent_after_s))
             if advance is not None:
                 advance(1)
         return out

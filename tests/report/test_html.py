@@ -347,6 +347,22 @@ def test_synthetic_jobs_are_called_synthetic() -> None:
     assert "Synthetic" not in page()
 
 
+def test_silent_jobs_are_named_in_the_html_and_the_text_report() -> None:
+    from airflow_ett.cli.console import render_to_text
+    from airflow_ett.report.text import day_view
+
+    (before, day), _ = hand_days()
+    assert day.silent_note() is None
+    silent = msgspec.structs.replace(day, silent_jobs=2, silent_after_s=6 * 3600.0)
+    note = ("2 job(s) not ended and silent for over 6 h (abandoned?): counted only up to 6 h "
+            "after their last event ([ett] rollup_silent_after_s)")
+    assert silent.silent_note() == note
+    assert html.escape(f"2026-11-28: {note}.") in report.render_html(
+        [before, silent], [], title="x", script_src=SRC)
+    assert f"silent: {note}" in render_to_text(day_view(silent, before), terminal=False)
+    assert "silent" not in render_to_text(day_view(day, before), terminal=False)
+
+
 def test_the_report_module_imports_no_airflow() -> None:
     """report/ruff.toml bans it in the source; this checks nothing pulls it in either."""
     import subprocess

@@ -10,12 +10,18 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
-from airflow_ett.ett.events import Event, JobSubmitted
-from airflow_ett.rollup import load_components
+from airflow_ett.ett.events import AttemptEnded, AttemptStarted, Event, JobEnded, JobSubmitted
+from airflow_ett.rollup import DayWindow, day_window, load_components
 from airflow_ett.store import EttStore, daily, upgrade
 from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b, late_job
 
 NOW = LO + 2 * 86400
+
+
+def windows_after(window: DayWindow, n: int) -> list[DayWindow]:
+    import datetime as dt
+
+    return [day_window(window.day + dt.timedelta(days=i), "UTC") for i in range(1, n + 1)]
 
 
 def test_a_day_is_computed_from_the_stored_events(store: EttStore) -> None:
@@ -176,6 +182,49 @@ def test_the_parts_of_a_day_are_stored_replaced_and_read_back(store: EttStore) -
     store.daily.compute_day(WINDOW, load_components(), now=NOW + 1, cut_pct=20, start_s=30)
     assert store.daily.parts("2026-11-28") == parts  # replaced, not doubled
     assert store.daily.parts("2026-11-20") == []
+
+
+def test_a_silent_job_stops_counting_a_bound_after_its_last_event(store: EttStore) -> None:
+    """A job that never ends and falls silent (its worker died unseen) is counted up to
+    `silent_after_s` after its last event, not in every later day; with no bound, up to
+    now. An event that arrives later moves the cut."""
+    from tests.rollup.scenarios import Maker
+
+    m = Maker("lost")
+    store.insert_events([m(JobSubmitted, ts=LO + 1000, tenant="t1", model="m1"),
+                         m(AttemptStarted, ts=LO + 1100, attempt="1")])
+    later = windows_after(WINDOW, 2)
+    now = later[-1].hi + 3600  # two days and an hour after D
+    unbounded = [store.daily.compute_day(w, load_components(), now=now)
+                 for w in (WINDOW, *later)]
+    assert [d.fleet.e2e_s for d in unbounded] == [86400 - 1000, 86400, 86400]
+    assert [d.silent_jobs for d in unbounded] == [0, 0, 0]
+    bound = 3 * 3600.0
+    cut = [store.daily.compute_day(w, load_components(), now=now, silent_after_s=bound)
+           for w in (WINDOW, *later)]
+    # up to 3 h after the last event (LO + 1100), then nowhere
+    assert [d.fleet.e2e_s for d in cut] == [100 + bound, 0.0, 0.0]
+    assert [d.silent_jobs for d in cut] == [1, 0, 0] and cut[0].silent_after_s == bound
+    assert cut[0].provisional and cut[0].fleet.provisional_jobs == 1
+    assert store.daily.jobs_touching(later[0].lo, later[0].hi, silent_after_s=bound) == []
+    assert store.daily.jobs_touching(later[0].lo, later[0].hi) == ["lost"]
+    row = store.daily.job_rows(WINDOW.iso)[0]
+    assert row["payload"]["silent"] is True and store.daily.job_days(WINDOW.iso)[0].silent
+    note = cut[0].silent_note()
+    assert note is not None and note.startswith("1 job(s) not ended and silent for over 3 h")
+    assert unbounded[0].silent_note() is None
+    # It speaks again a day later: counted through the gap, up to 3 h after that event.
+    store.insert_events([m(AttemptEnded, ts=later[0].lo + 600, attempt="1", status="failed",
+                           cause="infra")])
+    again = [store.daily.compute_day(w, load_components(), now=now, silent_after_s=bound)
+             for w in (WINDOW, *later)]
+    assert [d.fleet.e2e_s for d in again] == [86400 - 1000, 600 + bound, 0.0]
+    assert [d.silent_jobs for d in again] == [0, 1, 0]
+    # A job that ended is never cut, however old its last event.
+    store.insert_events([m(JobEnded, ts=later[0].lo + 700, status="failed")])
+    ended = store.daily.compute_day(later[0], load_components(), now=now,
+                                    silent_after_s=bound)
+    assert ended.fleet.e2e_s == 700 and ended.silent_jobs == 0 and not ended.provisional
 
 
 def test_a_row_with_components_left_out_reads_them_as_zero() -> None:

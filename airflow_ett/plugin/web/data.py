@@ -313,6 +313,9 @@ def _notes(days: Sequence[DayRollup], first: dt.date, last: dt.date,
     if any(d.synthetic_jobs for d in days):
         notes.append("Some jobs shown are synthetic (airflow-ett fleet simulate), not "
                      "measured.")
+    silent = latest.silent_note()
+    if silent is not None:
+        notes.append(f"{latest.day}: {silent}.")
     if not scope.all_dags:
         notes.append(f"Computed over the {len(scope.dag_ids)} DAG(s) you may read, not the "
                      "whole fleet.")
@@ -390,8 +393,27 @@ def attribute_run(store: EttStore, dag_id: str, run_id: str, *, now: float,
     return attribution, events
 
 
+def _silence(a: JobAttribution, events: Sequence[Event], now: float,
+             silent_after_s: float | None) -> list[str]:
+    """A warning for a job not ended that has been silent longer than the rollup's bound:
+    the page shows it running up to now, the rollup no longer counts it (decision 0010)."""
+    if not a.provisional or not events:
+        return []
+    if silent_after_s is None:
+        from airflow_ett.settings import RollupSettings
+
+        silent_after_s = RollupSettings.load().silent_after_s
+    quiet = now - max(e.ts for e in events)
+    if silent_after_s <= 0 or quiet <= silent_after_s:
+        return []
+    return [f"no event for {quiet / 3600:.1f} h: the job may be abandoned (its worker gone "
+            f"unseen); the nightly rollup counts it only up to {silent_after_s / 3600:.4g} h "
+            "after its last event ([ett] rollup_silent_after_s)"]
+
+
 def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool = False,
-        job: str | None = None) -> models.Run | None:
+        job: str | None = None, silent_after_s: float | None = None) -> models.Run | None:
+    """The run's page; `silent_after_s` is `[ett] rollup_silent_after_s` when None."""
     found = attribute_run(store, dag_id, run_id, now=now, job=job)
     if found is None:
         return None
@@ -428,7 +450,8 @@ def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool 
                                  detection_s=f.detection_s,
                                  ttr_from_detection_s=f.ttr_from_detection_s)
                   for f in s.failures],
-        published=_published(events), timeline=timeline, warnings=list(s.warnings),
+        published=_published(events), timeline=timeline,
+        warnings=[*s.warnings, *_silence(a, events, now, silent_after_s)],
         figures=specs)
 
 

@@ -286,6 +286,23 @@ def test_a_running_run_is_provisional_with_its_last_hour(store: EttStore,
     assert run.last_hour.ett_pct != run.ett_pct  # the hour is not the whole run
 
 
+def test_a_run_silent_past_the_rollups_bound_says_so(store: EttStore, fleet: F.Fleet) -> None:
+    events = store.job_events(job_id_for(F.DAG_A, fleet.running_run_id))
+    quiet = fleet.now - max(e.ts for e in events)
+    loud = data.run(store, F.DAG_A, fleet.running_run_id, now=fleet.now,
+                    silent_after_s=quiet + 1)
+    assert loud is not None and not any("no event for" in w for w in loud.warnings)
+    quiet_run = data.run(store, F.DAG_A, fleet.running_run_id, now=fleet.now,
+                         silent_after_s=quiet - 60)
+    assert quiet_run is not None
+    assert [w for w in quiet_run.warnings if w.startswith(
+        f"no event for {quiet / 3600:.1f} h: the job may be abandoned")]
+    off = data.run(store, F.DAG_A, fleet.running_run_id, now=fleet.now, silent_after_s=0)
+    assert off is not None and off.warnings == loud.warnings
+    ended = data.run(store, F.DAG_A, "scheduled__a1", now=fleet.now, silent_after_s=1)
+    assert ended is not None and not any("no event for" in w for w in ended.warnings)
+
+
 def test_a_run_is_found_only_under_its_own_dag(store: EttStore, fleet: F.Fleet) -> None:
     # ("ett_pages_ranking__scheduled", "a1") names the same job id as A1's: the job's own
     # DAG is ett_pages_ranking, so a user allowed that other DAG must not get A1 this way.
