@@ -24,6 +24,7 @@ CONFIG_DEFAULTS: Final[dict[str, str]] = {
     "whatif_cut_pct": "50",
     "whatif_start_s": "60",
     "rollup_silent_after_s": "86400",
+    "tenants_file": "",
 }
 
 _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
@@ -93,6 +94,13 @@ _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
         "so. Set it above the longest silence of a live job (a queue wait, a data load); "
         "0 counts every unended job up to now.",
         "float",
+    ),
+    "tenants_file": (
+        "A TOML file of tenant policies (priority, GPU quota, borrowing limit, preemption "
+        "knobs; see airflow_ett/scheduling/tenants.example.toml) that the scheduling "
+        "plugin's cluster policies and priority strategy apply; empty turns them off. A "
+        "broken file keeps the last good version in force.",
+        "string",
     ),
 }
 

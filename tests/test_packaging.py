@@ -92,7 +92,8 @@ def test_wheel_ships_every_module_and_the_typing_marker(wheel: zipfile.ZipFile) 
     # data the code opens at run time: the default components file, the migrations, the
     # HTML report's template and its vendored chart library
     data = {p.relative_to(ROOT).as_posix() for pattern in (
-        "rollup/*.toml", "store/migrations/*.mako", "report/templates/*.j2", "report/static/*",
+        "rollup/*.toml", "scheduling/*.toml", "store/migrations/*.mako", "report/templates/*.j2",
+        "report/static/*",
         "plugin/web/templates/*.j2", "plugin/web/static/*")
         for p in package.glob(pattern)}
     assert len(data) >= 10 and sorted(data - names) == []
@@ -112,6 +113,7 @@ def test_wheel_declares_the_entry_points(wheel: zipfile.ZipFile) -> None:
         "airflow_ett.provider:get_provider_info"
     )
     assert declared[("console_scripts", "airflow-ett")] == "airflow_ett.cli:main"
+    assert declared[("airflow.policy", "airflow_ett")] == "airflow_ett.plugin.policy"
 
 
 def _entry_point(group: str, name: str) -> metadata.EntryPoint:
@@ -136,7 +138,7 @@ def test_installed_metadata_declares_the_provider() -> None:
     assert set(info["config"]["ett"]["options"]) == {
         "store_url", "disabled", "spool_dir", "emit_timeout", "work_dir", "rollup_timezone",
         "components_file", "rollup_recompute_days", "rollup_catchup_days", "report_dir",
-        "whatif_cut_pct", "whatif_start_s", "rollup_silent_after_s",
+        "whatif_cut_pct", "whatif_start_s", "rollup_silent_after_s", "tenants_file",
     }
 
 

@@ -1,9 +1,9 @@
 """`airflow-ett`: compute, store and inspect ETT breakdowns from the shell.
 
 One module per command group (`compute`, `ingest`, `db`, `runs`, `rollup`, `report`,
-`spool`, `embedded`, `fleet`),
-each adding its parsers and holding its commands; `common` is what they share,
-`events_file` reads event logs, `render` writes a job's report as text. This package
+`spool`, `embedded`, `fleet`, `tenants`), each adding its parsers and holding its
+commands; `common` is what they share, `events_file` reads event logs, `render` writes a
+job's report as text. This package
 module only assembles the parser and maps errors to exit statuses, and `main` here is
 the console script's target (`airflow_ett.cli:main`).
 
@@ -21,7 +21,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_ett.cli import compute, db, embedded, fleet, ingest, report, rollup, runs, spool
+from airflow_ett.cli import (
+    compute,
+    db,
+    embedded,
+    fleet,
+    ingest,
+    report,
+    rollup,
+    runs,
+    spool,
+    tenants,
+)
 from airflow_ett.cli.common import CliError
 
 __all__ = ["build_parser", "main"]
@@ -46,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (compute, ingest, db, runs, rollup, report, spool, embedded, fleet):
+    for group in (compute, ingest, db, runs, rollup, report, spool, embedded, fleet, tenants):
         group.add_parser(sub)
     return parser
 

@@ -1,10 +1,12 @@
 """The `airflow_ett` Airflow plugin: the package of what Airflow loads into its processes.
 
 `listeners` records task-level boundaries; `web` is the ETT pages inside the Airflow UI
-(a FastAPI app at `/ett`, a nav entry and a tab on each DAG run); the scheduling plugin's
-policy and priority strategy will live beside them. The decisions they make are pure
-functions elsewhere (`airflow_ett.ett`, `airflow_ett.rollup`, `airflow_ett.jobs`); this
-package only wires them to Airflow's hooks.
+(a FastAPI app at `/ett`, a nav entry and a tab on each DAG run); `priority` the tenants'
+aged priority strategy, which `policy` (the cluster policies, loaded by Airflow through the
+`airflow.policy` entry point, not by this class) sets on lifecycle tasks. The decisions
+they make are pure functions elsewhere (`airflow_ett.ett`, `airflow_ett.rollup`,
+`airflow_ett.scheduling`, `airflow_ett.jobs`); this package only wires them to Airflow's
+hooks.
 
 Airflow instantiates registered plugins in every one of its processes (scheduler, API
 server, workers, task runners), so this module imports only what the listener needs (no
@@ -26,6 +28,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_ett.plugin.listeners import EttListener
+from airflow_ett.plugin.priority import EttTenantPriority
 from airflow_ett.plugin.web.views import APP_NAME, URL_PREFIX, external_views
 from airflow_ett.settings import EttSettings, SettingsError
 
@@ -77,3 +80,6 @@ class AirflowEttPlugin(AirflowPlugin):
     listeners = _listeners()
     fastapi_apps = _WebApps()
     external_views = external_views()
+    # registered so that a DAG whose tasks the cluster policy gave it can be serialized
+    # and read back (`plugin/policy.py`)
+    priority_weight_strategies = [EttTenantPriority]  # noqa: RUF012 (Airflow reads the class)

@@ -114,6 +114,7 @@ def test_plugin_loads_cleanly_and_airflow_reads_ett_config_as_we_do(
         "whatif_cut_pct": "50",
         "whatif_start_s": "60",
         "rollup_silent_after_s": "86400",
+        "tenants_file": "",
     }
     assert result["typed"] == [True, 0.25]
     assert result["ours_typed"] == result["typed"]

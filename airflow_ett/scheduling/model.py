@@ -1,0 +1,159 @@
+"""The scheduling plugin's vocabulary: a tenant's policy, and the fleet state a preemption
+decision is a pure function of (`victims.choose`).
+
+Everything here is plain data, built by the glue (the tenants file loader, the
+controller reading Airflow and the ETT store, the fleet simulation) and read by the
+decisions. Times are Unix seconds or durations in seconds; GPUs are whole slots (one pool
+slot per GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+#: Where a running job is in its attempt, as far as preemption cares:
+#: - `startup`: the attempt began and has not yet trained on new data (scheduling,
+#:   initialization, compilation): preempting it throws away the whole start;
+#: - `recovery`: restored from a checkpoint, replaying up to its high-water mark;
+#: - `training`: consuming new data (the only stage a victim may be taken from);
+#: - `publishing` / `shutdown`: finishing; preempting gains little and loses the end.
+Stage = Literal["startup", "recovery", "training", "publishing", "shutdown"]
+STAGES: Final[tuple[Stage, ...]] = ("startup", "recovery", "training", "publishing",
+                                   "shutdown")
+
+#: Victim orders: ours (stage-aware: least unsaved work, cheapest restart) and the
+#: classic Kueue-like order (borrowing first, lowest priority, most recently admitted),
+#: which the fleet simulation compares it with.
+VictimOrder = Literal["stage_aware", "classic"]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    """One tenant's knobs (the tenants file; docs/decisions/0013-tenants-file.md).
+
+    `quota_gpus` is the guarantee (Kueue's nominal quota, Volcano's guarantee): GPUs the
+    tenant gets whenever it asks, and below which it is never preempted.
+    `borrow_limit_gpus` is how far above it the tenant may run on idle GPUs (Kueue's
+    borrowingLimit); those borrowed GPUs are what preemption takes back first.
+    `min_run_s` is Slurm's PreemptExemptTime (no preemption in an attempt's first
+    `min_run_s`), `grace_s` Slurm's GraceTime (SIGTERM, the trainer checkpoints and
+    leaves, SIGKILL at the end of it), `max_preemptions_per_day` a cap per job per day.
+    """
+
+    name: str
+    priority: int
+    quota_gpus: int
+    borrow_limit_gpus: int = 0
+    preemptible: bool = True
+    min_run_s: float = 600.0
+    grace_s: float = 120.0
+    max_preemptions_per_day: int = 2
+
+    @property
+    def pool(self) -> str:
+        """The Airflow pool that implements the quota (`airflow-ett tenants sync`)."""
+        return pool_name(self.name)
+
+    @property
+    def limit_gpus(self) -> int:
+        """The most GPUs the tenant may hold at once: its quota plus what it may borrow."""
+        return self.quota_gpus + self.borrow_limit_gpus
+
+
+POOL_PREFIX: Final = "ett_tenant_"
+
+
+def pool_name(tenant: str) -> str:
+    return f"{POOL_PREFIX}{tenant}"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    """A job that wants GPUs now (its train task is queued or scheduled)."""
+
+    job: str
+    tenant: str
+    priority: int
+    gpus: int
+    waiting_since: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job that holds GPUs now.
+
+    `since_checkpoint_s` is the training time since its last committed checkpoint (None:
+    none committed in this attempt, so all of its training is unsaved); `saving` is a
+    checkpoint save in progress; `run_s` the time since this attempt started;
+    `restart_s` what a restart is expected to cost before it trains again (scheduling,
+    initialization, compilation: less with a warm compile cache); `admitted_at` when
+    this attempt got its GPUs (the classic order takes the most recent first).
+    """
+
+    job: str
+    tenant: str
+    priority: int
+    gpus: int
+    stage: Stage
+    run_s: float
+    since_checkpoint_s: float | None
+    saving: bool
+    preemptions_today: int
+    restart_s: float
+    admitted_at: float
+
+    @property
+    def unsaved_s(self) -> float:
+        """Training time a preemption now would lose if the final checkpoint failed."""
+        if self.since_checkpoint_s is None:
+            return self.run_s
+        return self.since_checkpoint_s
+
+    @property
+    def unsaved_gpu_s(self) -> float:
+        return self.unsaved_s * self.gpus
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """What a decision sees: the GPUs, the tenants' policies, who waits and who runs."""
+
+    now: float
+    capacity_gpus: int
+    tenants: dict[str, TenantPolicy]
+    waiting: tuple[WaitingJob, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+
+    @property
+    def free_gpus(self) -> int:
+        return self.capacity_gpus - sum(r.gpus for r in self.running)
+
+    def held_gpus(self, tenant: str) -> int:
+        return sum(r.gpus for r in self.running if r.tenant == tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """One victim: `victim` yields its GPUs to `for_job`; `reason` says why, for a person
+    ("preempted ranking_ctr_v7: tenant batch over its guarantee by 2 GPUs, checkpointed
+    40 s ago, unsaved work 40 s x 8 GPUs")."""
+
+    victim: str
+    victim_tenant: str
+    for_job: str
+    gpus: int
+    unsaved_gpu_s: float
+    restart_gpu_s: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A waiting job's outcome: the victims that free its GPUs (empty when it fits or
+    nothing may be taken), and why, for a person."""
+
+    for_job: str
+    preemptions: tuple[Preemption, ...] = ()
+    reason: str = ""
+    notes: tuple[str, ...] = field(default=())

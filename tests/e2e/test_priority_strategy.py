@@ -1,0 +1,114 @@
+"""The tenants' aged priority strategy on a real Airflow (scheduler, dag-processor, API
+server; SQLite, LocalExecutor with one slot): while a blocker holds the only slot, three
+runs queue up; the scheduler then starts them in aged-priority order, not in arrival or
+priority order alone.
+
+Tenants: `low` (priority 1) and `high` (priority 5), aging 1 point per hour. The runs
+arrive (their run ids say when: that is the arrival the strategy reads) as `low` ten hours
+ago, `high` now and `low` now (triggered in the order high, new low, old low): `low`'s old
+run has gained 10 points and goes first, then `high`, then `low`'s new run; neither
+arrival order nor priority alone gives that. The weights Airflow stored are checked against
+`aged_weight` too. The cluster policy that puts the strategy on lifecycle tasks is tested
+through a DagBag in tests/plugin/test_policy.py; here the DAGs set it themselves, so the
+test needs no trainer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_ett.embedded import EmbeddedAirflow
+from airflow_ett.scheduling.rules import aged_weight, arrival_of_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+TENANTS = """
+[scheduling]
+aging_per_hour = 1.0
+
+[tenants.low]
+priority = 1
+quota_gpus = 1
+
+[tenants.high]
+priority = 5
+quota_gpus = 1
+"""
+
+DAGS = '''
+import time
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow_ett.plugin.priority import EttTenantPriority
+
+def hold(seconds):
+    time.sleep(seconds)
+
+with DAG("prio_blocker", schedule=None, is_paused_upon_creation=False):
+    PythonOperator(task_id="hold", python_callable=hold, op_args=[25])
+
+for tenant, priority in (("low", 1), ("high", 5)):
+    with DAG(f"prio_{tenant}", schedule=None, is_paused_upon_creation=False,
+             tags=[f"ett:tenant={tenant}"]):
+        PythonOperator(task_id="work", python_callable=hold, op_args=[1],
+                       priority_weight=priority, weight_rule=EttTenantPriority())
+'''
+
+
+def _run_id(when: dt.datetime) -> str:
+    return f"manual__{when.isoformat()}"
+
+
+def _trigger(af: EmbeddedAirflow, dag_id: str, run_id: str) -> None:
+    af.api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+           {"dag_run_id": run_id, "logical_date": None})
+
+
+def _the_ti(af: EmbeddedAirflow, dag_id: str, run_id: str) -> dict:
+    body = af.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    (ti,) = body["task_instances"]
+    return dict(ti)
+
+
+def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "prio.py").write_text(DAGS, encoding="utf-8")
+    tenants_file = tmp_path / "tenants.toml"
+    tenants_file.write_text(TENANTS, encoding="utf-8")
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    runs = [("prio_low", _run_id(now - dt.timedelta(hours=10)), 1),
+            ("prio_high", _run_id(now), 5),
+            ("prio_low", _run_id(now + dt.timedelta(seconds=1)), 1)]
+    env = {"AIRFLOW__ETT__TENANTS_FILE": str(tenants_file),
+           "AIRFLOW__ETT__STORE_URL": f"sqlite:///{tmp_path / 'ett.db'}"}
+    with EmbeddedAirflow(tmp_path / "home", dags, parallelism=1, extra_env=env) as af:
+        af.migrate()
+        af.start()
+        af.wait_until_ready(180.0)
+        for dag_id in ("prio_blocker", "prio_low", "prio_high"):
+            af.wait_for_dag(dag_id, timeout=120.0)
+        blocker = af.trigger("prio_blocker")
+        deadline = time.monotonic() + 120
+        while _the_ti(af, "prio_blocker", blocker)["state"] != "running":
+            assert time.monotonic() < deadline, af.log_tail("scheduler")
+            af.check_alive()
+            time.sleep(1.0)
+        # Triggered newest-looking first: FIFO would start high, new low, old low, and
+        # priority alone high first; aging says old low, high, new low.
+        for dag_id, run_id, _ in (runs[1], runs[2], runs[0]):
+            _trigger(af, dag_id, run_id)
+        for dag_id, run_id, _ in runs:
+            assert af.wait_for_run(dag_id, run_id, timeout=300.0) == "success"
+        assert af.wait_for_run("prio_blocker", blocker, timeout=120.0) == "success"
+        tis = [_the_ti(af, dag_id, run_id) for dag_id, run_id, _ in runs]
+        blocker_end = _the_ti(af, "prio_blocker", blocker)["end_date"]
+    for ti, (_, run_id, priority) in zip(tis, runs, strict=True):
+        assert ti["priority_weight"] == aged_weight(priority, arrival_of_run(run_id, 0), 1.0)
+        assert ti["start_date"] >= blocker_end  # every one waited for the only slot
+    starts = [ti["start_date"] for ti in tis]
+    assert starts == sorted(starts), tis  # old low, then high, then new low

@@ -1,0 +1,520 @@
+"""The tenants file: validation (every error names file, tenant, field and value),
+defaults, the bundled example, and the last-good-version cache the cluster policies read
+through (re-read only on change, a broken edit never replacing a good version, threads)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_ett import provider
+from airflow_ett.scheduling import tenants
+from airflow_ett.scheduling.model import TenantPolicy
+from airflow_ett.scheduling.tenants import (
+    RACY_S,
+    TenantsCache,
+    TenantsConfig,
+    TenantsError,
+    UnknownTenantError,
+    load_tenants,
+    tenants_file_from_settings,
+)
+
+EXAMPLE = Path(str(resources.files("airflow_ett.scheduling") / "tenants.example.toml"))
+GOOD = "[tenants.ads]\npriority = 10\nquota_gpus = 4\n"
+_WRITES = itertools.count(1)
+
+
+def write(path: Path, text: str, *, age_s: float | None = 60.0) -> Path:
+    """Write `text` to `path`; with `age_s`, date its mtime that far in the past, so that the
+    cache trusts its signature (a file modified just now is re-read: see `RACY_S`). Each
+    call dates it a little differently, so every write changes the signature."""
+    path.write_text(text, encoding="utf-8")
+    if age_s is not None:
+        ns = time.time_ns() - int(age_s * 1e9) - next(_WRITES) * 1000
+        os.utime(path, ns=(ns, ns))
+    return path
+
+
+def tenant_file(tmp_path: Path, **fields: str) -> Path:
+    """A file with tenant 'ads' (priority 10, quota 4) and `fields` (TOML values) set."""
+    values = {"priority": "10", "quota_gpus": "4", **fields}
+    body = "".join(f"{k} = {v}\n" for k, v in values.items())
+    return write(tmp_path / "t.toml", f"[tenants.ads]\n{body}")
+
+
+# --- validation --------------------------------------------------------------------------
+
+INT32 = "a whole number in [-2147483648, 2147483647]"
+BAD_FIELDS = [
+    ("priority", "true", f"true is not {INT32}"),
+    ("priority", "1.5", f"1.5 is not {INT32}"),
+    ("priority", '"high"', f'"high" is not {INT32}'),
+    ("priority", "2147483648", f"2147483648 is not {INT32}"),
+    ("priority", "-2147483649", f"-2147483649 is not {INT32}"),
+    ("quota_gpus", "-1", "-1 is not a whole number >= 0"),
+    ("quota_gpus", "true", "true is not a whole number >= 0"),
+    ("quota_gpus", "4.0", "4.0 is not a whole number >= 0"),
+    ("quota_gpus", '"4"', '"4" is not a whole number >= 0'),
+    ("quota_gpus", "nan", "nan is not a whole number >= 0"),
+    ("quota_gpus", "[4]", "an array is not a whole number >= 0"),
+    ("borrow_limit_gpus", "-3", "-3 is not a whole number >= 0"),
+    ("borrow_limit_gpus", "false", "false is not a whole number >= 0"),
+    ("borrow_limit_gpus", "1.5", "1.5 is not a whole number >= 0"),
+    ("preemptible", "1", "1 is not true or false"),
+    ("preemptible", '"yes"', '"yes" is not true or false'),
+    ("preemptible", "{}", "a table is not true or false"),
+    ("min_run_s", "-1", "-1 is not a number of seconds >= 0"),
+    ("min_run_s", "-0.5", "-0.5 is not a number of seconds >= 0"),
+    ("min_run_s", "nan", "nan is not a number of seconds >= 0"),
+    ("min_run_s", "inf", "inf is not a number of seconds >= 0"),
+    ("min_run_s", "true", "true is not a number of seconds >= 0"),
+    ("min_run_s", '"10m"', '"10m" is not a number of seconds >= 0'),
+    ("min_run_s", "1979-05-27", "1979-05-27 is not a number of seconds >= 0"),
+    ("grace_s", "0", "0 is not a number of seconds > 0"),
+    ("grace_s", "0.0", "0.0 is not a number of seconds > 0"),
+    ("grace_s", "-5", "-5 is not a number of seconds > 0"),
+    ("grace_s", "-inf", "-inf is not a number of seconds > 0"),
+    ("grace_s", "false", "false is not a number of seconds > 0"),
+    ("max_preemptions_per_day", "-1", "-1 is not a whole number >= 0"),
+    ("max_preemptions_per_day", "2.5", "2.5 is not a whole number >= 0"),
+    ("max_preemptions_per_day", "true", "true is not a whole number >= 0"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "says"), BAD_FIELDS)
+def test_a_bad_tenant_field_names_file_tenant_field_and_value(
+        tmp_path: Path, key: str, value: str, says: str) -> None:
+    f = tenant_file(tmp_path, **{key: value})
+    with pytest.raises(TenantsError) as err:
+        load_tenants(f)
+    assert str(err.value) == f"tenants file {f}: tenant 'ads': {key}: {says}"
+
+
+def test_the_example_of_the_brief_reads_as_written(tmp_path: Path) -> None:
+    f = tenant_file(tmp_path, quota_gpus="-1")
+    with pytest.raises(TenantsError, match=r"^tenants file .*/t\.toml: tenant 'ads': "
+                                           r"quota_gpus: -1 is not a whole number >= 0$"):
+        load_tenants(f)
+
+
+BAD_SCHEDULING = [
+    ("aging_per_hour", "-1", "-1 is not a number >= 0 (priority points a waiting task gains "
+                             "per hour)"),
+    ("aging_per_hour", "nan", "nan is not a number >= 0 (priority points a waiting task gains "
+                              "per hour)"),
+    ("aging_per_hour", "true", "true is not a number >= 0 (priority points a waiting task "
+                               "gains per hour)"),
+    ("default_queue", '""', '"" is not a queue name (a non-empty string without blanks)'),
+    ("default_queue", '"g p"', '"g p" is not a queue name (a non-empty string without '
+                               'blanks)'),
+    ("cpu_queue", "3", "3 is not a queue name (a non-empty string without blanks)"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "says"), BAD_SCHEDULING)
+def test_a_bad_scheduling_knob_is_named(tmp_path: Path, key: str, value: str,
+                                        says: str) -> None:
+    f = write(tmp_path / "t.toml", f"{GOOD}[scheduling]\n{key} = {value}\n")
+    with pytest.raises(TenantsError) as err:
+        load_tenants(f)
+    assert str(err.value) == f"tenants file {f}: [scheduling]: {key}: {says}"
+
+
+KNOWN = ("priority, quota_gpus, borrow_limit_gpus, preemptible, min_run_s, grace_s, "
+         "max_preemptions_per_day")
+NAME_RULE = ("not a valid tenant name (1 to 50 letters, digits, '_' or '-': it names the "
+             "Airflow pool ett_tenant_<name>)")
+BAD_FILES = [
+    ("", "no tenants (add a [tenants.<name>] table for each)"),
+    ("[tenants]\n", "no tenants (add a [tenants.<name>] table for each)"),
+    ("[scheduling]\naging_per_hour = 2\n", "no tenants (add a [tenants.<name>] table for each)"),
+    (f"pools = 1\n{GOOD}", "unknown top-level key 'pools' (only [tenants.<name>] tables and "
+                           "a [scheduling] table)"),
+    ("tenants = 3\n", "'tenants' must be tables [tenants.<name>], got 3"),
+    ("tenants = [1]\n", "'tenants' must be tables [tenants.<name>], got an array"),
+    ("[tenants]\nads = 3\n", "tenant 'ads': must be a table [tenants.ads], got 3"),
+    ("[tenants.ads]\npriority = 1\nquota = 4\n",
+     f"tenant 'ads': quota: unknown field (did you mean 'quota_gpus'? known: {KNOWN})"),
+    ("[tenants.ads]\npriority = 1\nowner = 'x'\n",
+     f"tenant 'ads': owner: unknown field (known: {KNOWN})"),
+    ("[tenants.ads]\nquota_gpus = 4\n",
+     "tenant 'ads': priority: missing (a whole number; the higher goes first)"),
+    ("[tenants.ads]\npriority = 1\n",
+     "tenant 'ads': quota_gpus: missing (a whole number >= 0: the GPUs the tenant is "
+     "guaranteed)"),
+    ('[tenants."a b"]\npriority = 1\nquota_gpus = 1\n', f"tenant 'a b': {NAME_RULE}"),
+    ('[tenants."a.b"]\npriority = 1\nquota_gpus = 1\n', f"tenant 'a.b': {NAME_RULE}"),
+    ('[tenants.""]\npriority = 1\nquota_gpus = 1\n', f"tenant '': {NAME_RULE}"),
+    ('[tenants."régie"]\npriority = 1\nquota_gpus = 1\n', f"tenant 'régie': {NAME_RULE}"),
+    (f"[tenants.{'a' * 51}]\npriority = 1\nquota_gpus = 1\n", f"tenant '{'a' * 51}': {NAME_RULE}"),
+    (f"{GOOD}[tenants.Ads]\npriority = 1\nquota_gpus = 1\n",
+     "tenants 'ads' and 'Ads' differ only in case (their pools would clash on a "
+     "case-insensitive database)"),
+    ("[tenants.ads]\npriority = 1\nquota_gpus = 2147483647\nborrow_limit_gpus = 1\n",
+     "tenant 'ads': quota_gpus + borrow_limit_gpus: 2147483648 is more than an Airflow pool "
+     "holds (2147483647 slots)"),
+    (f"scheduling = 1\n{GOOD}", "[scheduling]: must be a table, got 1"),
+    (f"{GOOD}scheduling = 1\n", f"tenant 'ads': scheduling: unknown field (known: {KNOWN})"),
+    (f"{GOOD}[scheduling]\naging = 2\n", "[scheduling]: aging: unknown field (did you mean "
+                                         "'aging_per_hour'? known: aging_per_hour, "
+                                         "default_queue, cpu_queue)"),
+]
+
+
+@pytest.mark.parametrize(("text", "says"), BAD_FILES)
+def test_a_bad_file_is_refused_whole(tmp_path: Path, text: str, says: str) -> None:
+    f = write(tmp_path / "t.toml", text)
+    with pytest.raises(TenantsError) as err:
+        load_tenants(f)
+    assert str(err.value) == f"tenants file {f}: {says}"
+
+
+def test_a_file_that_is_not_toml_missing_or_unreadable(tmp_path: Path) -> None:
+    f = write(tmp_path / "t.toml", "[tenants.ads\npriority = 1\n")
+    with pytest.raises(TenantsError, match=r"t\.toml: not valid TOML: .*line 1"):
+        load_tenants(f)
+    (tmp_path / "latin1.toml").write_bytes(b"# r\xe9gie\n" + GOOD.encode())
+    with pytest.raises(TenantsError, match=r"latin1\.toml: not UTF-8 text"):
+        load_tenants(tmp_path / "latin1.toml")
+    with pytest.raises(TenantsError, match=r"^tenants file .*/nope\.toml: not found$"):
+        load_tenants(tmp_path / "nope.toml")
+    with pytest.raises(TenantsError, match=r"^tenants file .*: cannot be read: .*directory"):
+        load_tenants(tmp_path)
+
+
+def test_defaults_fill_in_what_a_tenant_leaves_out(tmp_path: Path) -> None:
+    config = load_tenants(write(tmp_path / "t.toml", GOOD))
+    assert config.tenants == {"ads": TenantPolicy(
+        name="ads", priority=10, quota_gpus=4, borrow_limit_gpus=0, preemptible=True,
+        min_run_s=600.0, grace_s=120.0, max_preemptions_per_day=2)}
+    assert (config.aging_per_hour, config.default_queue, config.cpu_queue) == (1.0, "gpu",
+                                                                              "cpu")
+    assert config.source == str(tmp_path / "t.toml")
+    assert config.digest == hashlib.sha256(GOOD.encode()).hexdigest()
+    assert config.pools == {"ads": "ett_tenant_ads"}
+    assert isinstance(config.tenants["ads"].min_run_s, float)  # `600` in TOML is an int
+
+
+def test_integers_are_accepted_for_seconds_and_negative_priorities(tmp_path: Path) -> None:
+    f = tenant_file(tmp_path, priority="-5", min_run_s="0", grace_s="0.5",
+                    quota_gpus="0", preemptible="false")
+    policy = load_tenants(f).get("ads")
+    assert (policy.priority, policy.quota_gpus, policy.min_run_s, policy.grace_s,
+            policy.preemptible) == (-5, 0, 0.0, 0.5, False)
+
+
+def test_an_unknown_tenant_names_the_known_ones(tmp_path: Path) -> None:
+    config = load_tenants(EXAMPLE)
+    with pytest.raises(UnknownTenantError) as err:
+        config.get("ads")
+    assert str(err.value) == (f"unknown tenant 'ads': tenants file {EXAMPLE} names "
+                              "'ads-ranking', 'feed-recs', 'foundation-models', "
+                              "'ml-platform-ci'")
+    assert isinstance(err.value, TenantsError)
+
+
+def test_the_example_file_loads() -> None:
+    config = load_tenants(EXAMPLE)
+    assert list(config.tenants) == ["ads-ranking", "feed-recs", "foundation-models",
+                                    "ml-platform-ci"]
+    assert sum(p.quota_gpus for p in config.tenants.values()) == 64  # as its comment says
+    assert config.get("foundation-models").preemptible is False
+    assert config.get("ads-ranking").limit_gpus == 40
+    assert config.get("ml-platform-ci").min_run_s == 0.0
+    assert (config.aging_per_hour, config.default_queue, config.cpu_queue) == (1.0, "gpu",
+                                                                              "cpu")
+
+
+# --- every valid file loads back as written (property) ------------------------------------
+
+_policies = st.fixed_dictionaries({
+    "priority": st.integers(-(2**31), 2**31 - 1),
+    "quota_gpus": st.integers(0, 2**20),
+}, optional={
+    "borrow_limit_gpus": st.integers(0, 2**20),
+    "preemptible": st.booleans(),
+    "min_run_s": st.one_of(st.integers(0, 10**7),
+                           st.floats(0, 1e9, allow_nan=False, allow_infinity=False)),
+    "grace_s": st.one_of(st.integers(1, 10**6),
+                         st.floats(0, 1e6, exclude_min=True, allow_nan=False,
+                                   allow_infinity=False)),
+    "max_preemptions_per_day": st.integers(0, 1000),
+})
+_names = st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,50}", fullmatch=True), min_size=1,
+                  max_size=6, unique_by=str.lower)
+_knobs = st.fixed_dictionaries({}, optional={
+    "aging_per_hour": st.floats(0, 1e6, allow_nan=False, allow_infinity=False),
+    "default_queue": st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True),
+    "cpu_queue": st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True),
+})
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)  # Python's shortest round-trip form is valid TOML (1e-05, 600.0)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(value)
+
+
+def _to_toml(policies: dict[str, dict[str, Any]], knobs: dict[str, Any]) -> str:
+    out = []
+    for name, fields in policies.items():
+        out.append(f"[tenants.{name}]")
+        out.extend(f"{k} = {_toml_value(v)}" for k, v in fields.items())
+    if knobs:
+        out.append("[scheduling]")
+        out.extend(f"{k} = {_toml_value(v)}" for k, v in knobs.items())
+    return "\n".join(out) + "\n"
+
+
+def _policy(name: str, fields: dict[str, Any]) -> TenantPolicy:
+    """What a generated tenant table should load as: seconds as floats, the rest as written
+    (what it leaves out takes TenantPolicy's defaults)."""
+    values: dict[str, Any] = {k: float(v) if k in ("min_run_s", "grace_s") else v
+                              for k, v in fields.items()}
+    return TenantPolicy(name=name, **values)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=_names, data=st.data(), knobs=_knobs)
+def test_any_valid_config_written_as_toml_loads_back_equal(
+        tmp_path: Path, names: list[str], data: st.DataObject, knobs: dict[str, Any]) -> None:
+    policies = {name: data.draw(_policies, label=name) for name in names}
+    text = _to_toml(policies, knobs)
+    f = tmp_path / "t.toml"
+    f.write_text(text, encoding="utf-8")
+    expected = TenantsConfig(
+        tenants={name: _policy(name, fields) for name, fields in policies.items()},
+        source=str(f), digest=hashlib.sha256(text.encode()).hexdigest(), **knobs)
+    loaded = load_tenants(f)
+    assert loaded == expected
+    assert list(loaded.tenants) == names  # in file order
+
+
+# --- the last good version ----------------------------------------------------------------
+
+
+class Clock:
+    """A clock that says 1000, 1001, ...: each stamp tells when it was taken."""
+
+    def __init__(self) -> None:
+        self.now = 999.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sources the cache parsed, in order (each entry is one parse of the file)."""
+    seen: list[str] = []
+    real = tenants.parse_tenants
+
+    def counting(data: bytes, *, source: str) -> TenantsConfig:
+        seen.append(source)
+        return real(data, source=source)
+
+    monkeypatch.setattr(tenants, "parse_tenants", counting)
+    return seen
+
+
+BROKEN = "[tenants.ads]\npriority = 10\nquota_gpus = -1\n"
+V2 = "[tenants.ads]\npriority = 20\nquota_gpus = 6\n"
+
+
+def test_a_broken_edit_keeps_the_last_good_version_in_force(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="airflow_ett.scheduling.tenants")
+    cache = TenantsCache(clock=Clock())
+    f = write(tmp_path / "t.toml", GOOD)
+    good = cache.current(f)
+    assert good.config is not None and good.config.get("ads").quota_gpus == 4
+    assert (good.error, good.error_at, good.loaded_at, good.stale) == (None, None, 1000.0,
+                                                                       False)
+
+    write(f, BROKEN)
+    broken = cache.current(f)
+    assert broken.config is good.config  # the old version stays in force
+    assert broken.error == (f"tenants file {f}: tenant 'ads': quota_gpus: -1 is not a whole "
+                            "number >= 0")
+    assert (broken.error_at, broken.loaded_at, broken.stale) == (1001.0, 1000.0, True)
+    assert cache.current(f) is broken  # unchanged file: nothing re-read, nothing re-logged
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"{broken.error}; the version loaded at 1970-01-01 00:16:40 UTC "
+                        "stays in force"]
+
+    write(f, V2)
+    fixed = cache.current(f)
+    assert fixed.config is not None and fixed.config.get("ads").quota_gpus == 6
+    assert (fixed.error, fixed.stale, fixed.loaded_at) == (None, False, 1002.0)
+
+
+def test_a_file_deleted_after_a_good_version_keeps_that_version(tmp_path: Path) -> None:
+    cache = TenantsCache(clock=Clock())
+    f = write(tmp_path / "t.toml", GOOD)
+    good = cache.current(f).config
+    f.unlink()
+    state = cache.current(f)
+    assert state.config is good
+    assert state.error == f"tenants file {f}: not found"
+
+
+def test_a_file_never_good_has_no_config_and_its_error(tmp_path: Path) -> None:
+    cache = TenantsCache(clock=Clock())
+    f = tmp_path / "t.toml"
+    missing = cache.current(f)
+    assert (missing.config, missing.error, missing.error_at) == (
+        None, f"tenants file {f}: not found", 1000.0)
+    write(f, BROKEN)
+    broken = cache.current(f)
+    assert broken.config is None and broken.error is not None and "quota_gpus" in broken.error
+    assert broken.path == str(f) and not broken.stale
+    write(f, GOOD)
+    assert cache.current(f).config is not None
+
+
+def test_the_file_is_read_again_only_when_it_changed(tmp_path: Path,
+                                                     parses: list[str]) -> None:
+    cache = TenantsCache()
+    f = write(tmp_path / "t.toml", GOOD)
+    first = cache.current(f)
+    for _ in range(200):
+        assert cache.current(f) is first
+    assert len(parses) == 1
+    write(f, V2)
+    changed = cache.current(f)
+    assert changed.config == load_tenants(f)
+    assert len(parses) == 3  # the cache's second parse, and the load_tenants just above
+    os.utime(f, ns=(time.time_ns() - 10**11,) * 2)  # touched, same bytes: read, not parsed
+    assert cache.current(f) is changed
+    assert len(parses) == 3
+
+
+def test_a_file_changed_just_now_is_not_trusted_on_its_signature(tmp_path: Path) -> None:
+    """Rewritten within the mtime clock's tick, to the same size: a settled signature would
+    miss the change; a file modified less than RACY_S ago is read again at each call."""
+    cache = TenantsCache()
+    f = write(tmp_path / "t.toml", GOOD, age_s=None)
+    stamp = f.stat().st_mtime_ns
+    assert cache.current(f).config.get("ads").quota_gpus == 4  # type: ignore[union-attr]
+    same_size = GOOD.replace("quota_gpus = 4", "quota_gpus = 5")
+    write(f, same_size, age_s=None)
+    os.utime(f, ns=(stamp, stamp))  # the same mtime and size: the same signature
+    assert cache.current(f).config.get("ads").quota_gpus == 5  # type: ignore[union-attr]
+    assert RACY_S >= 1.0
+
+
+def test_paths_are_cached_apart_and_clear_forgets(tmp_path: Path, parses: list[str]) -> None:
+    cache = TenantsCache()
+    a, b = write(tmp_path / "a.toml", GOOD), write(tmp_path / "b.toml", V2)
+    assert cache.current(a).config.get("ads").priority == 10  # type: ignore[union-attr]
+    assert cache.current(b).config.get("ads").priority == 20  # type: ignore[union-attr]
+    cache.current(a)
+    assert len(parses) == 2
+    cache.clear()
+    cache.current(a)
+    assert len(parses) == 3
+
+
+def test_the_module_cache_serves_current(tmp_path: Path) -> None:
+    f = write(tmp_path / "t.toml", GOOD)
+    assert tenants.current(f) is tenants.current(str(f))
+
+
+def test_concurrent_calls_see_only_whole_versions_and_load_one_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads read while the file is rewritten in place (a reader may catch it half
+    written): each sees a whole good version, never an exception; loads never overlap;
+    when the writes stop, all see the last version."""
+    inside, overlaps = [0], [0]
+    guard = threading.Lock()
+    real = tenants.parse_tenants
+
+    def watched(data: bytes, *, source: str) -> TenantsConfig:
+        with guard:
+            inside[0] += 1
+            overlaps[0] += inside[0] > 1
+        try:
+            time.sleep(0.001)  # widen the window another loader would have to overlap in
+            return real(data, source=source)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(tenants, "parse_tenants", watched)
+    versions = [f"[tenants.ads]\npriority = {p}\nquota_gpus = {p}\n# {'x' * p}\n"
+                for p in range(1, 31)]
+    f = write(tmp_path / "t.toml", versions[0])
+    cache = TenantsCache()
+    seen: set[int] = set()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                state = cache.current(f)
+                assert state.config is not None
+                seen.add(state.config.get("ads").priority)
+        except BaseException as exc:  # surfaced in the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for text in versions[1:]:
+        write(f, text, age_s=None)  # in place, just now: racy, re-read at every call
+        time.sleep(0.005)
+    time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors
+    assert overlaps[0] == 0
+    assert seen <= set(range(1, 31)) and len(seen) > 1
+    final = cache.current(f)
+    assert final.config is not None and final.config.get("ads").priority == 30
+    assert final.error is None
+
+
+# --- [ett] tenants_file --------------------------------------------------------------------
+
+
+def test_the_setting_empty_means_no_tenants_file() -> None:
+    assert provider.CONFIG_DEFAULTS["tenants_file"] == ""  # the default: plugin off
+    assert tenants_file_from_settings() is None
+
+
+def test_the_setting_names_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__ETT__TENANTS_FILE", " ~/tenants.toml ")
+    assert tenants_file_from_settings() == Path.home() / "tenants.toml"
+    monkeypatch.setenv("AIRFLOW__ETT__TENANTS_FILE", "  ")
+    assert tenants_file_from_settings() is None
+
+
+def test_an_unreadable_config_is_a_tenants_error(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text("[ett]\ntenants_file = /x\n[ett]\n")  # a section twice: configparser error
+    monkeypatch.setenv("AIRFLOW_CONFIG", str(cfg))
+    with pytest.raises(TenantsError,
+                       match=r"cannot read \[ett\] tenants_file from .*airflow\.cfg"):
+        tenants_file_from_settings()
