@@ -34,6 +34,7 @@ import datetime as dt
 import gc
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -322,6 +323,27 @@ def _notes(days: Sequence[DayRollup], first: dt.date, last: dt.date,
     return notes
 
 
+def tenants_note() -> str | None:
+    """What the fleet page says of a tenants file that cannot be used as it is now: the
+    scheduling plugin keeps its last good version (or none) in force meanwhile."""
+    from airflow_ett.scheduling import tenants
+
+    try:
+        path = tenants.tenants_file_from_settings()
+        if path is None:
+            return None
+        state = tenants.current(path)
+    except Exception as exc:  # the page must show what it can
+        return f"The tenants file cannot be read: {exc}."
+    if state.error is None:
+        return None
+    if state.config is None:
+        return f"No tenant policy is in force: {state.error}."
+    loaded = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(state.loaded_at or 0))
+    return (f"The tenants file is broken, so the version loaded at {loaded} stays in force: "
+            f"{state.error}.")
+
+
 def fleet(store: EttStore, first: dt.date, last: dt.date, scope: DagScope, *,
           figures: bool = False) -> models.Fleet:
     days = fleet_days(store, first, last, scope)
@@ -336,8 +358,8 @@ def fleet(store: EttStore, first: dt.date, last: dt.date, scope: DagScope, *,
         first=first.isoformat(), last=last.isoformat(), scope=scope.model(),
         days=[_point(d) for d in days],
         latest=_detail(latest, previous) if latest is not None else None,
-        notes=_notes(days, first, last, scope,
-                     None if days else store.daily.last_day()),
+        notes=[*_notes(days, first, last, scope, None if days else store.daily.last_day()),
+               *filter(None, [tenants_note()])],
         figures=specs)
 
 

@@ -323,3 +323,27 @@ def test_a_job_named_otherwise_is_found_by_its_id_under_its_own_run(empty_store:
     # the id of a job of another DAG (or run) finds nothing under this path
     assert data.run(empty_store, F.DAG_A, "sim__0001", now=F.NOW, job="sim-7-0001") is None
     assert data.run(empty_store, "sim_ranking", "other", now=F.NOW, job="sim-7-0001") is None
+
+
+def test_the_fleet_page_names_a_broken_tenants_file(store: EttStore, fleet: F.Fleet,
+                                                   tmp_path: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from airflow_ett.scheduling import tenants
+
+    path = tmp_path / "tenants.toml"
+    monkeypatch.setenv("AIRFLOW__ETT__TENANTS_FILE", str(path))
+    tenants._CACHE.clear()
+    view = lambda: data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True))  # noqa: E731
+    assert view().notes[-1].startswith("No tenant policy is in force: tenants file ")
+    path.write_text("[tenants.ads]\npriority = 1\nquota_gpus = 2\n", encoding="utf-8")
+    os.utime(path, (1, 1))
+    assert not any("tenant" in n for n in view().notes)  # valid: nothing to say
+    path.write_text("[tenants.ads]\npriority = 1\nquota_gpus = -2\n", encoding="utf-8")
+    os.utime(path, (2, 2))
+    note = view().notes[-1]
+    assert note.startswith("The tenants file is broken, so the version loaded at ")
+    assert "quota_gpus: -2" in note
+    monkeypatch.delenv("AIRFLOW__ETT__TENANTS_FILE")
+    assert not any("tenant" in n for n in view().notes)
