@@ -1,0 +1,404 @@
+"""The preemption victim choice: which running jobs yield their GPUs to which waiting jobs,
+a pure function of the fleet state (`model.FleetState`).
+
+`choose(state)` serves the waiting jobs in service order (highest priority first, then the
+longest waiting, then the job id) against a working copy of the state: GPUs that fit or
+are freed for one waiting job are reserved for it (counted as held by its tenant: it will
+run), and a victim chosen once is not chosen again. It returns one `Decision` per waiting
+job that cannot simply start: a job absent from the result fits in the free GPUs (it is
+served, nothing to do); a decision with preemptions is served once its victims leave; a
+decision without preemptions keeps waiting (its tenant is at its limit, or not enough GPUs
+may be taken), and its reason says why.
+
+The rules. A waiting job W is served only if its tenant may hold its GPUs (held + wanted
+<= quota + borrow limit). A running job R may be taken for W only if, in this order (the
+first broken one is the reason given):
+
+1. R's priority is strictly lower than W's (never an equal or higher priority);
+2. R's tenant is preemptible;
+3. R's tenant is over its guarantee *before the pick* (held > quota, reservations
+   included): a tenant at or below its guarantee is never touched, but one pick may take
+   it below (an 8-GPU job of a tenant 2 GPUs over its quota may go; the issue's own
+   example). This is Kueue's reclaim rule: a workload of a borrowing cluster queue is a
+   candidate while the queue is borrowing, whole workloads are removed, and the queue may
+   end under its nominal quota, which it can claim back later. The other reading (a pick
+   never takes a tenant below its quota) would make borrowed GPUs held by one large job
+   impossible to take back. Two victims of one tenant: the second is taken only if the
+   tenant is still over its quota after the first;
+4. R was preempted fewer times today than its tenant's daily cap;
+5. R is training (not in startup, recovery, publishing or shutdown: preempting those
+   throws away a start, a replay or the end of the job);
+6. R is not saving a checkpoint;
+7. R has run at least its tenant's minimum run time (Slurm's PreemptExemptTime, Volcano's
+   cooldown after start).
+
+Rules 5-7 are what the stage-aware policy adds: the `classic` order (Kueue-like, which the
+fleet simulation compares ours with) knows nothing of stages, so it applies rules 1-4 only.
+The orders differ otherwise only in which eligible victims they prefer:
+
+- `stage_aware`: the least unsaved work first (`RunningJob.unsaved_gpu_s`: just
+  checkpointed), then the cheapest restart (restart_s x GPUs: a warm compile cache), then
+  the lowest priority, then the most recently admitted, then the job id;
+- `classic`: tenants that borrow (held > quota when W is considered) first, then the
+  lowest priority, then the most recently admitted, then the job id.
+
+Free just enough: the eligible victims are taken greedily in that order until the free
+GPUs plus the freed ones cover W (re-checking rule 3 with the tenant's GPUs after the
+earlier picks); if all of them cannot cover it, nobody is preempted for W. Then, like
+Kueue, the picks are walked back from the last to the first and any victim whose removal
+still leaves enough is dropped: the set is minimal (dropping any one victim would not
+suffice). Dropping a victim only leaves its tenant holding more, so rule 3 still holds for
+the victims that stay, each checked against its tenant's GPUs before it in the final set.
+A tenant at its limit is not helped by preempting its own jobs (no swap within a tenant),
+and a job that waits reserves nothing: a later, smaller job may use the free GPUs
+(backfill, as Airflow's pools would run it anyway).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+from airflow_ett.scheduling.model import (
+    STAGES,
+    Decision,
+    FleetState,
+    Preemption,
+    RunningJob,
+    TenantPolicy,
+    VictimOrder,
+    WaitingJob,
+)
+
+#: The rules a running job can break for a waiting job (plus `taken`: already a victim of
+#: another waiting job in the same choice), in the order they are checked.
+Rule = Literal["taken", "priority", "not_preemptible", "guarantee", "daily_cap", "startup",
+               "recovery", "publishing", "shutdown", "saving", "min_run"]
+RULES: Final[tuple[Rule, ...]] = get_args(Rule)
+
+#: How a waiting job's reason counts the running jobs that break each rule
+#: ("2 in startup, 1 saving a checkpoint, 1 of an equal or higher priority").
+RULE_COUNT_LABELS: Final[dict[Rule, str]] = {
+    "taken": "already preempted for another job",
+    "priority": "of an equal or higher priority",
+    "not_preemptible": "of a tenant that is not preemptible",
+    "guarantee": "of a tenant at or below its guarantee",
+    "daily_cap": "at the daily preemption cap",
+    "startup": "in startup",
+    "recovery": "in recovery",
+    "publishing": "publishing",
+    "shutdown": "shutting down",
+    "saving": "saving a checkpoint",
+    "min_run": "under the minimum run time",
+}
+
+_ORDERS: Final[tuple[VictimOrder, ...]] = get_args(VictimOrder)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleBreak:
+    """The first rule a running job breaks for a waiting job, and the sentence for it."""
+
+    rule: Rule
+    text: str
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration without false precision: two significant digits at most, in the largest
+    unit that keeps the number at least 1 ("0.5 s", "40 s", "2.5 min", "1.5 h", "3 d")."""
+    if not seconds >= 0 or math.isinf(seconds):
+        raise ValueError(f"seconds: {seconds!r} is not a duration (a finite number >= 0)")
+    for size, unit, limit in ((1.0, "s", 60.0), (60.0, "min", 60.0), (3600.0, "h", 24.0)):
+        text = _two_digits(seconds / size)
+        if float(text) < limit:
+            return f"{text} {unit}"
+    return f"{_two_digits(seconds / 86400.0)} d"
+
+
+def _two_digits(value: float) -> str:
+    text = f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
+    return text.removesuffix(".0")
+
+
+def service_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
+    """Who is served first: the highest priority, then the longest waiting, then job id."""
+    return sorted(waiting, key=lambda w: (-w.priority, w.waiting_since, w.job))
+
+
+def explain_ineligible(state: FleetState, waiting: WaitingJob, running: RunningJob, *,
+                       order: VictimOrder = "stage_aware") -> str | None:
+    """The rule `running` breaks as a victim for `waiting`, as a sentence for a person
+    (None: it may be taken), judged on the state as given (no reservation or earlier
+    victim of a `choose` round). With `order="classic"` the stage rules do not apply."""
+    broken = _broken_rule(state.tenants[running.tenant], state.held_gpus(running.tenant),
+                          waiting, running, order)
+    return None if broken is None else broken.text
+
+
+def _broken_rule(policy: TenantPolicy, held: int, waiting: WaitingJob, running: RunningJob,
+                 order: VictimOrder) -> RuleBreak | None:
+    broken = _policy_break(policy, held, waiting, running)
+    if broken is None and order == "stage_aware":
+        broken = _stage_break(policy, running)
+    return broken
+
+
+def _policy_break(policy: TenantPolicy, held: int, waiting: WaitingJob,
+                  running: RunningJob) -> RuleBreak | None:
+    """Rules 1-4, which both orders apply."""
+    if running.priority >= waiting.priority:
+        return RuleBreak("priority", f"priority {running.priority} is not below "
+                                     f"{waiting.job}'s {waiting.priority}")
+    if not policy.preemptible:
+        return RuleBreak("not_preemptible", f"tenant {policy.name} is not preemptible")
+    if held <= policy.quota_gpus:
+        return RuleBreak("guarantee", f"tenant {policy.name} holds {_gpus(held)}, at or below "
+                                      f"its guarantee of {policy.quota_gpus}")
+    if running.preemptions_today >= policy.max_preemptions_per_day:
+        return RuleBreak("daily_cap", f"preempted {_times(running.preemptions_today)} today, "
+                                      f"tenant {policy.name}'s daily cap is "
+                                      f"{policy.max_preemptions_per_day}")
+    return None
+
+
+def _stage_break(policy: TenantPolicy, running: RunningJob) -> RuleBreak | None:
+    """Rules 5-7, the stage-aware ones."""
+    if running.stage != "training":
+        return RuleBreak(running.stage, RULE_COUNT_LABELS[running.stage])
+    if running.saving:
+        return RuleBreak("saving", RULE_COUNT_LABELS["saving"])
+    if running.run_s < policy.min_run_s:
+        return RuleBreak("min_run", f"ran {format_seconds(running.run_s)}, under tenant "
+                                    f"{policy.name}'s minimum run of "
+                                    f"{format_seconds(policy.min_run_s)}")
+    return None
+
+
+def choose(state: FleetState, *, order: VictimOrder = "stage_aware") -> list[Decision]:
+    """The decisions for `state`'s waiting jobs, in service order (see the module's
+    docstring for the rules): one per waiting job that does not fit in the free GPUs;
+    the ones absent fit and start as they are."""
+    validate_state(state)
+    if order not in _ORDERS:
+        raise ValueError(f"order: {order!r} is not a victim order (known: "
+                         f"{', '.join(_ORDERS)})")
+    fleet = _Working(free=state.free_gpus,
+                     held={name: state.held_gpus(name) for name in state.tenants},
+                     taken=set())
+    decisions = []
+    for waiting in service_order(state.waiting):
+        decision = _decide(state, fleet, waiting, order)
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
+
+
+@dataclass(slots=True)
+class _Working:
+    """The state as the round has changed it so far: GPUs free, held per tenant (with the
+    reservations of the jobs served), the victims already chosen."""
+
+    free: int
+    held: dict[str, int]
+    taken: set[str]
+
+
+def _decide(state: FleetState, fleet: _Working, waiting: WaitingJob,
+            order: VictimOrder) -> Decision | None:
+    policy = state.tenants[waiting.tenant]
+    held = fleet.held[waiting.tenant]
+    if held + waiting.gpus > policy.limit_gpus:
+        where = "at its limit" if held >= policy.limit_gpus else "would exceed its limit"
+        return Decision(waiting.job, reason=(
+            f"waits: tenant {policy.name} {where}: holds {_gpus(held)} of "
+            f"{policy.limit_gpus} (quota {policy.quota_gpus} + borrow "
+            f"{policy.borrow_limit_gpus}), wants {waiting.gpus} more"))
+    if waiting.gpus <= fleet.free:
+        _reserve(fleet, waiting, freed=0)
+        return None
+    if waiting.gpus > state.capacity_gpus:
+        return Decision(waiting.job, reason=(
+            f"waits: wants {_gpus(waiting.gpus)}, more than the fleet's "
+            f"{state.capacity_gpus}"))
+    lacking = waiting.gpus - fleet.free
+    candidates, broken = _candidates(state, fleet, waiting, order)
+    picked, skipped = _greedy(state, fleet, candidates, lacking)
+    broken["guarantee"] += skipped
+    freed = sum(r.gpus for r in picked)
+    if freed < lacking:
+        return Decision(waiting.job, reason=_waits_reason(waiting, fleet.free, freed, broken))
+    kept = _minimise(picked, lacking)
+    notes = tuple(f"{r.job} was picked, then dropped: the other victims free enough"
+                  for r in picked if r not in kept)
+    free_before = fleet.free
+    preemptions = _commit(state, fleet, waiting, kept)
+    freed = sum(r.gpus for r in kept)
+    names = ", ".join(r.job for r in kept)
+    return Decision(waiting.job, preemptions, notes=notes, reason=(
+        f"frees {_gpus(freed)} for the {lacking} it lacks ({waiting.gpus} wanted, "
+        f"{free_before} free), from {len(kept)} job{'s' if len(kept) > 1 else ''}: {names}"))
+
+
+def _reserve(fleet: _Working, waiting: WaitingJob, *, freed: int) -> None:
+    fleet.free += freed - waiting.gpus
+    fleet.held[waiting.tenant] += waiting.gpus
+
+
+def _candidates(state: FleetState, fleet: _Working, waiting: WaitingJob,
+                order: VictimOrder) -> tuple[list[RunningJob], Counter[Rule]]:
+    """The running jobs that may be taken for `waiting` as the round stands, most preferred
+    first, and how many break each rule."""
+    eligible: list[RunningJob] = []
+    broken: Counter[Rule] = Counter()
+    for running in state.running:
+        if running.job in fleet.taken:
+            broken["taken"] += 1
+            continue
+        rule = _broken_rule(state.tenants[running.tenant], fleet.held[running.tenant],
+                            waiting, running, order)
+        if rule is None:
+            eligible.append(running)
+        else:
+            broken[rule.rule] += 1
+    if order == "stage_aware":
+        eligible.sort(key=lambda r: (r.unsaved_gpu_s, r.restart_s * r.gpus, r.priority,
+                                     -r.admitted_at, r.job))
+    else:
+        borrowing = {t: fleet.held[t] > p.quota_gpus for t, p in state.tenants.items()}
+        eligible.sort(key=lambda r: (not borrowing[r.tenant], r.priority, -r.admitted_at,
+                                     r.job))
+    return eligible, broken
+
+
+def _greedy(state: FleetState, fleet: _Working, candidates: Sequence[RunningJob],
+            lacking: int) -> tuple[list[RunningJob], int]:
+    """Take candidates in order until `lacking` GPUs are freed, each only while its tenant
+    is still over its guarantee; also returns how many were skipped for that."""
+    held = dict(fleet.held)
+    picked: list[RunningJob] = []
+    skipped = 0
+    freed = 0
+    for running in candidates:
+        if freed >= lacking:
+            break
+        if held[running.tenant] <= state.tenants[running.tenant].quota_gpus:
+            skipped += 1
+            continue
+        held[running.tenant] -= running.gpus
+        picked.append(running)
+        freed += running.gpus
+    return picked, skipped
+
+
+def _minimise(picked: Sequence[RunningJob], lacking: int) -> list[RunningJob]:
+    """Kueue's walk back: from the last pick to the first, drop a victim whose removal
+    still frees `lacking` GPUs. What stays keeps its pick order."""
+    kept = list(picked)
+    freed = sum(r.gpus for r in kept)
+    for running in reversed(picked):
+        if freed - running.gpus >= lacking:
+            kept.remove(running)
+            freed -= running.gpus
+    return kept
+
+
+def _commit(state: FleetState, fleet: _Working, waiting: WaitingJob,
+            victims: Sequence[RunningJob]) -> tuple[Preemption, ...]:
+    """Apply the victims and the reservation to the round's state; each victim's reason
+    is written with its tenant's GPUs just before its pick in the final set."""
+    preemptions = []
+    for victim in victims:
+        policy = state.tenants[victim.tenant]
+        over = fleet.held[victim.tenant] - policy.quota_gpus
+        fleet.held[victim.tenant] -= victim.gpus
+        fleet.taken.add(victim.job)
+        preemptions.append(Preemption(
+            victim=victim.job, victim_tenant=victim.tenant, for_job=waiting.job,
+            gpus=victim.gpus, unsaved_gpu_s=victim.unsaved_gpu_s,
+            restart_gpu_s=victim.restart_s * victim.gpus,
+            reason=_preemption_reason(victim, over, waiting)))
+    _reserve(fleet, waiting, freed=sum(v.gpus for v in victims))
+    return tuple(preemptions)
+
+
+def _preemption_reason(victim: RunningJob, over: int, waiting: WaitingJob) -> str:
+    """"preempted ranking_ctr_v7: tenant batch over its guarantee by 2 GPUs, checkpointed
+    40 s ago, unsaved work 40 s x 8 GPUs, for ads_ranker (priority 10 over 3)"."""
+    if victim.since_checkpoint_s is None:
+        saved = "no checkpoint yet in this attempt"
+    else:
+        saved = f"checkpointed {format_seconds(victim.since_checkpoint_s)} ago"
+    # Only the classic order takes a job that is not training or is saving: say so.
+    caveats = "".join([
+        f", in {victim.stage}" if victim.stage != "training" else "",
+        ", saving a checkpoint" if victim.saving else "",
+    ])
+    return (f"preempted {victim.job}: tenant {victim.tenant} over its guarantee by "
+            f"{_gpus(over)}, {saved}, unsaved work {format_seconds(victim.unsaved_s)} x "
+            f"{_gpus(victim.gpus)}{caveats}, for {waiting.job} (priority {waiting.priority} "
+            f"over {victim.priority})")
+
+
+def _waits_reason(waiting: WaitingJob, free: int, freed: int, broken: Counter[Rule]) -> str:
+    reason = (f"waits: lacks {waiting.gpus - free} GPUs ({waiting.gpus} wanted, {free} free) "
+              f"and the jobs that may be preempted free only {freed}")
+    counts = [f"{broken[rule]} {RULE_COUNT_LABELS[rule]}" for rule in RULES if broken[rule]]
+    return reason + (f"; not eligible: {', '.join(counts)}" if counts else "")
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def validate_state(state: FleetState) -> None:
+    """Reject a state the rules cannot judge, naming the field and the value: a job of an
+    unknown tenant, a job id twice, no GPUs, a negative duration or count, or running jobs
+    holding more GPUs than the fleet has."""
+    for key, policy in state.tenants.items():
+        if key != policy.name:
+            raise ValueError(f"tenants[{key!r}].name: {policy.name!r} differs from its key")
+    jobs = Counter([r.job for r in state.running] + [w.job for w in state.waiting])
+    twice = sorted(job for job, n in jobs.items() if n > 1)
+    if twice:
+        raise ValueError(f"job: {', '.join(map(repr, twice))} appears more than once in the "
+                         "running and waiting jobs")
+    for waiting in state.waiting:
+        _check_job("waiting", waiting.job, waiting.tenant, waiting.gpus, state)
+        if math.isnan(waiting.waiting_since):
+            raise ValueError(f"waiting job {waiting.job!r}, field 'waiting_since': nan is not "
+                             "a time")
+    for running in state.running:
+        _check_job("running", running.job, running.tenant, running.gpus, state)
+        _check_running(running)
+    held = sum(r.gpus for r in state.running)
+    if not 0 <= held <= state.capacity_gpus:
+        raise ValueError(f"capacity_gpus: {state.capacity_gpus} is less than the {held} GPUs "
+                         "the running jobs hold")
+
+
+def _check_job(kind: str, job: str, tenant: str, gpus: int, state: FleetState) -> None:
+    if tenant not in state.tenants:
+        raise ValueError(f"{kind} job {job!r}, field 'tenant': {tenant!r} is not a known "
+                         f"tenant (known: {', '.join(sorted(state.tenants)) or 'none'})")
+    if gpus < 1:
+        raise ValueError(f"{kind} job {job!r}, field 'gpus': {gpus!r} is not at least 1")
+
+
+def _check_running(running: RunningJob) -> None:
+    if running.stage not in STAGES:
+        raise ValueError(f"running job {running.job!r}, field 'stage': {running.stage!r} is "
+                         f"not a stage (known: {', '.join(STAGES)})")
+    if math.isnan(running.admitted_at):
+        raise ValueError(f"running job {running.job!r}, field 'admitted_at': nan is not a time")
+    for name in ("run_s", "since_checkpoint_s", "restart_s", "preemptions_today"):
+        value = getattr(running, name)
+        if value is not None and not value >= 0:
+            raise ValueError(f"running job {running.job!r}, field {name!r}: {value!r} is "
+                             "negative or not a number")
