@@ -89,4 +89,6 @@ class EttTrainerOperator(BaseOperator):
         env = {} if self.record else {"AIRFLOW__ETT__DISABLED": "True"}
         if paths is not None and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(paths.job_dir / "inductor")
+        if paths is not None:  # where a preemption request is left (scheduling/request.py)
+            env["ETT_JOB_DIR"] = str(paths.job_dir)
         return env

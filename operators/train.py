@@ -11,6 +11,13 @@ config the trainer refuses fails the task without retries.
 The operator also records what the trainer cannot: an attempt's start as the launcher
 sees it, the end of an attempt that was killed (a SIGKILLed process says nothing), and
 the moment the job releases its GPUs (`job_ended`), which is where E2E stops.
+
+Preemption on request (`airflow_ett/scheduling/request.py`): while the trainer runs, the
+task watches its job directory for the preemption controller's request. When one comes,
+it sends the trainer SIGTERM (checkpoint within the tenant's grace period, exit 75), does
+not restart it in place, and hands the GPUs back with `AirflowRescheduleException`: the
+task goes UP_FOR_RESCHEDULE, which spends no retry (Airflow keeps its try number) and is
+no failure, and runs again `resume_after_s` later, restoring the checkpoint just saved.
 """
 
 from __future__ import annotations
@@ -36,6 +43,38 @@ from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, run_attempts
 
 ATTEMPTS_KEY = "ett_attempts_launched"
+#: How often the task looks for a preemption request while its trainer runs.
+REQUEST_POLL_S = 1.0
+
+
+class _RequestWatcher:
+    """Polls the job directory for a preemption request while the trainer runs; acts on
+    the first one (calls `act` once, from its own thread)."""
+
+    def __init__(self, job_dir: Any, act: Any, poll_s: float = REQUEST_POLL_S) -> None:
+        self.job_dir, self._act, self._poll_s = job_dir, act, poll_s
+        self.request: Any = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ett-preempt-watch",
+                                        daemon=True)
+
+    def __enter__(self) -> _RequestWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        from airflow_ett.scheduling.request import read_request
+
+        while not self._done.wait(self._poll_s):
+            request = read_request(self.job_dir)
+            if request is not None:
+                self.request = request
+                self._act(request)
+                return
 
 
 def first_attempt_number(launched_before: int | None, try_number: int, restarts: int) -> int:
@@ -45,6 +84,13 @@ def first_attempt_number(launched_before: int | None, try_number: int, restarts:
     if launched_before is not None and launched_before >= 0:
         return launched_before + 1
     return (max(try_number, 1) - 1) * (restarts + 1) + 1
+
+
+def _preemptions_before(job_dir: Any) -> int:
+    """How many preemption requests this job has acted on (archived in its directory)."""
+    from pathlib import Path
+
+    return len(list(Path(job_dir).glob("preempt_request.*.done.json")))
 
 
 class TorchRecTrainOperator(EttTrainerOperator):
@@ -84,6 +130,9 @@ class TorchRecTrainOperator(EttTrainerOperator):
         store = context.get("task_state_store")
         try_number = int(ti.try_number)
         first = first_attempt_number(self._launched_before(store), try_number, self.restarts)
+        # A preemption reschedules the task in the same try: the restarts after it are
+        # numbered on, so attempt ids stay unique (`<try>.<restart>`).
+        offset = _preemptions_before(paths.job_dir) * (self.restarts + 1)
 
         def on_start(proc: subprocess.Popen[str], number: int, attempt: str) -> None:
             self._proc = proc
@@ -102,14 +151,18 @@ class TorchRecTrainOperator(EttTrainerOperator):
                 cls.status, cls.cause, exit_code=outcome.exit_code, message=cls.description,
                 detected_ts=outcome.ended, ts=outcome.ended)
 
-        result = run_attempts(
-            paths.config_file, job, max_attempts=self.restarts + 1, first_attempt=first,
-            nproc=self.nproc, attempt_id=lambda n: attempt_id_for(try_number, n - first + 1),
-            env=self.child_env(paths), cwd=paths.job_dir, report_unreported=report_killed,
-            on_start=on_start, on_output=self.log.info, timeout=self.attempt_timeout_s,
-            stop=killed,
-        )
+        with _RequestWatcher(paths.job_dir, self._yield_gpus) as watcher:
+            result = run_attempts(
+                paths.config_file, job, max_attempts=self.restarts + 1, first_attempt=first,
+                nproc=self.nproc,
+                attempt_id=lambda n: attempt_id_for(try_number, offset + n - first + 1),
+                env=self.child_env(paths), cwd=paths.job_dir, report_unreported=report_killed,
+                on_start=on_start, on_output=self.log.info, timeout=self.attempt_timeout_s,
+                stop=killed,
+            )
         self._proc = None
+        if watcher.request is not None:
+            self._after_request(context, watcher.request, result, paths)
         if not result.attempts:
             raise TrainerPreempted("the task was stopped before the trainer started")
         for outcome in result.attempts:
@@ -163,6 +216,42 @@ class TorchRecTrainOperator(EttTrainerOperator):
             raise TrainerConfigError(message)
         raise failure_for(cls.cause)(message, exit_code=last.exit_code)
 
+    def _yield_gpus(self, request: Any) -> None:
+        """The controller asked this job to give its GPUs to another: no restart in place
+        after this attempt; the trainer checkpoints and leaves within the grace period."""
+        self.log.warning("preemption requested: %s", request.reason)
+        if self._killed is not None:
+            self._killed.set()
+        self._terminate(request.grace_s, why="preemption request")
+
+    def _after_request(self, context: Mapping[str, Any], request: Any, result: LaunchResult,
+                       paths: JobPaths) -> None:
+        """Yield (reschedule) when the trainer left preempted; a request that came as the
+        trainer ended anyway is put aside, and the outcome stands."""
+        if result.attempts and result.last.exit_class.cause == "preemption":
+            self._rescheduled(context, request, paths)
+        from airflow_ett.scheduling.request import archive_request
+
+        self.log.warning("a preemption request came as the trainer ended (%s); nothing to "
+                         "yield", result.last.exit_class.description if result.attempts
+                         else "not started")
+        archive_request(paths.job_dir)
+
+    def _rescheduled(self, context: Mapping[str, Any], request: Any, paths: JobPaths) -> None:
+        from datetime import UTC, datetime, timedelta
+
+        from airflow.exceptions import AirflowRescheduleException
+
+        from airflow_ett.scheduling.request import archive_request
+
+        done = archive_request(paths.job_dir)
+        self.emitter(context).flush()
+        self.log.warning("preempted for %s: the GPUs go back to the scheduler; this task runs "
+                         "again in %.0f s from its checkpoint, with no retry spent (request "
+                         "kept as %s)", request.for_job, request.resume_after_s, done)
+        raise AirflowRescheduleException(  # type: ignore[no-untyped-call]
+            reschedule_date=datetime.now(UTC) + timedelta(seconds=request.resume_after_s))
+
     def on_kill(self) -> None:
         """Ask the trainer to checkpoint and leave (SIGTERM: it exits 75 after saving),
         within its grace period; after that, SIGKILL every process of the attempt.
@@ -173,18 +262,21 @@ class TorchRecTrainOperator(EttTrainerOperator):
         and outlive a killed torchrun as orphans, holding the GPUs."""
         if self._killed is not None:
             self._killed.set()  # no in-place restart after this
+        self._terminate(self._grace_s, why="on_kill")
+
+    def _terminate(self, grace_s: float, *, why: str) -> None:
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
         tree = ProcessTree(proc)
-        self.log.info("on_kill: SIGTERM to the trainer (pid %d; %d process(es) in its tree), "
-                      "grace %.0f s", proc.pid, len(tree.alive()), self._grace_s)
-        ended = tree.terminate(grace_s=self._grace_s + 5.0, roots_only=True)
+        self.log.info("%s: SIGTERM to the trainer (pid %d; %d process(es) in its tree), "
+                      "grace %.0f s", why, proc.pid, len(tree.alive()), grace_s)
+        ended = tree.terminate(grace_s=grace_s + 5.0, roots_only=True)
         if ended.killed:
-            self.log.warning("on_kill: the trainer outlived its grace period: SIGKILL to %s",
+            self.log.warning("%s: the trainer outlived its grace period: SIGKILL to %s", why,
                              list(ended.killed))
         if ended.left:
-            self.log.error("on_kill: processes of the trainer still run after SIGKILL: %s",
+            self.log.error("%s: processes of the trainer still run after SIGKILL: %s", why,
                            list(ended.left))
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)

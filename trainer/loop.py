@@ -627,6 +627,20 @@ def _build_sharded(cfg: TrainerConfig, env: DistEnv
     return model, {"dense": dense, "sparse": CombinedOptimizer([model.fused_optimizer])}
 
 
+def _preempted_message() -> str:
+    """The `attempt_ended` message of a preempted attempt: the controller's reason when a
+    preemption request asked for it (left in `$ETT_JOB_DIR` by the preemption controller,
+    `airflow_ett/scheduling/request.py`), else what happened."""
+    job_dir = os.environ.get("ETT_JOB_DIR")
+    if job_dir:
+        from airflow_ett.scheduling.request import read_request
+
+        request = read_request(Path(job_dir))
+        if request is not None:
+            return f"SIGTERM on request, checkpointed and left: {request.reason}"[:500]
+    return "SIGTERM: checkpointed and left"
+
+
 def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False,
         prewarm_world_size: int | None = None) -> int:
     """One attempt: returns the process exit code (see `faults.py`)."""
@@ -654,7 +668,7 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
                 "failed",
                 cause="preemption",
                 exit_code=code,
-                message="SIGTERM: checkpointed and left",
+                message=_preempted_message(),
             )
         return code
     except BaseException as exc:

@@ -74,15 +74,16 @@ def store_summary(job: str) -> dict[str, Any]:
         return store.summary(job)
 
 
-def execute_in_thread(op: Any, run_id: str) -> tuple[threading.Thread, dict[str, Any]]:
-    """`op.execute(context(run_id))` on a thread not yet started, so that a test can kill
-    the task meanwhile; its return value lands in `outcome["result"]`, an exception in
-    `outcome["error"]`."""
+def execute_in_thread(op: Any, run_id: str, **context_args: Any
+                      ) -> tuple[threading.Thread, dict[str, Any]]:
+    """`op.execute(context(run_id, **context_args))` on a thread not yet started, so that
+    a test can kill the task meanwhile; its return value lands in `outcome["result"]`, an
+    exception in `outcome["error"]`."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["result"] = op.execute(context(run_id))
+            outcome["result"] = op.execute(context(run_id, **context_args))
         except BaseException as exc:
             outcome["error"] = exc
 

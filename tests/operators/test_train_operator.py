@@ -204,3 +204,53 @@ def test_on_kill_past_its_grace_kills_every_process_of_a_torchrun_job(
     assert outcome["error"].exit_code == -9  # torchrun outlived the grace: SIGKILL
     events = store_events("ett_test__kill_tree")
     assert {e.attempt for e in events if isinstance(e, AttemptStarted)} == {"1.1"}
+
+
+def test_a_preemption_request_checkpoints_yields_and_resumes_in_the_same_try(
+        ett_home: Path) -> None:
+    """The controller's request (a file in the job directory): the trainer checkpoints
+    and leaves, the task reschedules itself (no retry spent, no failure), and the next
+    execution in the same try restores the checkpoint and finishes, with attempt ids that
+    stay unique and the request's reason in the preempted attempt's end."""
+    from airflow.exceptions import AirflowRescheduleException
+
+    from airflow_ett.operators.job import job_paths
+    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+
+    op = operator(restarts=1, config={"steps": 400, "step_sleep_s": 0.02,
+                                      "checkpoint_interval": 1000})
+    store = DictStateStore()
+    job = "ett_test__yield"
+    thread, outcome = execute_in_thread(op, "yield", store=store)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not any(isinstance(e, Progress) for e in store_events(job)):
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.5)
+    time.sleep(1.0)
+    job_dir = job_paths(ett_home / "ett_work", "ett_test", "yield").job_dir
+    reason = "preempted ett_test__yield: tenant batch over its guarantee by 1 GPU"
+    write_request(job_dir, PreemptRequest(victim=job, for_job="ads__r1", reason=reason,
+                                          requested_at=time.time(), grace_s=30.0,
+                                          resume_after_s=3.0))
+    thread.join(90)
+    assert not thread.is_alive()
+    error = outcome.get("error")
+    assert isinstance(error, AirflowRescheduleException), outcome
+    assert 0 < (error.reschedule_date.timestamp() - time.time()) <= 3.0
+    assert read_request(job_dir) is None  # acted on once, kept aside
+    assert len(list(job_dir.glob("preempt_request.*.done.json"))) == 1
+    events = store_events(job)
+    ended = [e for e in events if isinstance(e, AttemptEnded)]
+    assert [(e.attempt, e.cause) for e in ended] == [("1.1", "preemption")]
+    assert ended[0].message == f"SIGTERM on request, checkpointed and left: {reason}"
+    assert not [e for e in events if isinstance(e, JobEnded)]  # the job goes on
+    # Rescheduled: the same try runs again, restores and finishes.
+    result = op.execute(context("yield", try_number=1, store=store))
+    assert result["attempts"] == ["1.3"]  # numbered past the first execution's restarts
+    events = store_events(job)
+    assert {e.attempt for e in events if isinstance(e, AttemptStarted)} == {"1.1", "1.3"}
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+    restores = [e for e in events if isinstance(e, PhaseStarted)
+                and e.phase == "checkpoint_restore" and e.attempt == "1.3"]
+    assert restores, "the resumed attempt did not restore"
