@@ -295,6 +295,7 @@ def _detail(day: DayRollup, previous: DayRollup | None) -> models.Day:
                  for w in sorted(day.what_if, key=lambda w: -w.gain_pts)],
         top_runs=[models.RunLoss(**_builtins(r), href=run_href(r.dag_id, r.run_id, r.job))
                   for r in day.top_runs],
+        silent_jobs=day.silent_jobs, silent_after_s=day.silent_after_s,
     )
 
 

@@ -128,6 +128,11 @@ class Day(_Model):
     models: dict[str, Group]
     what_if: list[WhatIf] = Field(description="largest gain first")
     top_runs: list[RunLoss]
+    silent_jobs: int = Field(0, description="jobs not ended and silent past silent_after_s, "
+                                            "counted only up to that long after their last "
+                                            "event")
+    silent_after_s: float = Field(0.0, description="[ett] rollup_silent_after_s of the "
+                                                   "rollup (0: no bound)")
 
 
 class Scope(_Model):
