@@ -49,7 +49,8 @@ _REQUIRED: Final = {
     "priority": "a whole number; the higher goes first",
     "quota_gpus": "a whole number >= 0: the GPUs the tenant is guaranteed",
 }
-_SCHEDULING_FIELDS: Final = ("aging_per_hour", "default_queue", "cpu_queue")
+_SCHEDULING_FIELDS: Final = ("aging_per_hour", "default_queue", "cpu_queue", "capacity_gpus",
+                              "preemption", "resume_after_s")
 DEFAULT_AGING_PER_HOUR: Final = 1.0
 DEFAULT_QUEUE: Final = "gpu"
 DEFAULT_CPU_QUEUE: Final = "cpu"
@@ -71,6 +72,10 @@ class TenantsConfig:
     `aging_per_hour` is the priority points a waiting task gains per hour waited (the
     priority strategy adds them, so a low-priority tenant's work does not starve);
     `default_queue` is the queue of GPU (train) tasks, `cpu_queue` that of the others.
+    `capacity_gpus` is how many GPUs the GPU queue's workers have in all (None: the sum of
+    the quotas), what the preemption controller counts free GPUs against; `preemption`
+    turns the controller's preemptions on (off: it only logs what it would do);
+    `resume_after_s` is how long a preempted job waits before it may run again.
     """
 
     tenants: dict[str, TenantPolicy]
@@ -79,6 +84,16 @@ class TenantsConfig:
     aging_per_hour: float = DEFAULT_AGING_PER_HOUR
     default_queue: str = DEFAULT_QUEUE
     cpu_queue: str = DEFAULT_CPU_QUEUE
+    capacity_gpus: int | None = None
+    preemption: bool = False
+    resume_after_s: float = 30.0
+
+    @property
+    def fleet_gpus(self) -> int:
+        """The GPUs preemption counts against: `capacity_gpus`, or the quotas' sum."""
+        if self.capacity_gpus is not None:
+            return self.capacity_gpus
+        return sum(t.quota_gpus for t in self.tenants.values())
 
     def get(self, name: str) -> TenantPolicy:
         """The tenant's policy; `UnknownTenantError` naming the known tenants if none."""
@@ -185,6 +200,13 @@ def _scheduling(where: str, entry: object) -> dict[str, Any]:
     for key in ("default_queue", "cpu_queue"):
         if key in entry:
             knobs[key] = _queue(f"{here}: {key}", entry[key])
+    if "capacity_gpus" in entry:
+        knobs["capacity_gpus"] = _whole(f"{here}: capacity_gpus", entry["capacity_gpus"], 1,
+                                        _INT32_MAX, "a whole number >= 1 (the fleet's GPUs)")
+    if "preemption" in entry:
+        knobs["preemption"] = _flag(f"{here}: preemption", entry["preemption"])
+    if "resume_after_s" in entry:
+        knobs["resume_after_s"] = _seconds(f"{here}: resume_after_s", entry["resume_after_s"])
     return knobs
 
 

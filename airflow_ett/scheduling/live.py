@@ -1,0 +1,338 @@
+"""One job's live state for the preemption victim choice: its ETT events in, where its
+current attempt is (`model.Stage`), whether it is saving, how much work is unsaved and
+what a restart would cost out.
+
+This is what decides whether a job may be preempted (`victims.choose` takes victims only
+from `training`, never while `saving`), so every rule errs on the side of *not*
+preempting: a job wrongly called `training` while it starts, replays or saves loses a
+start, a replay or a checkpoint; a job wrongly kept out only waits for the next round.
+
+The rules, each read from the events alone (`live_state`):
+
+- **The current attempt** is the attempt that started last: started at its earliest
+  `attempt_started`, or at its earliest event without one (the format tolerates a missing
+  start, as the attribution does), ties by id (the attribution's order).
+- **Running**: the current attempt has no `attempt_ended` and no `job_ended` came at or
+  after its start (a DAG run cleared and re-run starts a new attempt after an old
+  `job_ended`). One exception: the train operator publishes in the GPU task *after* the
+  last attempt ended (`publish_in_gpu`, a job-level phase, no attempt): while a job-level
+  shutdown phase started since the attempt's start is open, the job still holds its GPUs,
+  so it is running (`publishing`, or `shutdown` for another such phase).
+- **Stage**, the first that applies:
+  1. `publishing`: a `publish_in_gpu` phase is open (the attempt's or the job's);
+  2. `shutdown`: the attempt has begun to shut down: a phase of the `shutdown` component
+     (`final_checkpoint`, `teardown`, or a foreign phase declared so) started in it, open
+     or closed, or it committed its final checkpoint (`checkpoint_saved` with `final`);
+     or a job-level shutdown phase is open after the attempt ended. Shutdown is sticky:
+     those phases come after the last step, and an attempt never trains again after them;
+  3. `training`: a `progress` of the attempt read new data: its `cursor_end` passes the
+     job's high-water mark (the largest `cursor_end` of every earlier span, this attempt's
+     and the earlier attempts') and it read something (`cursor_end > cursor_start`): the
+     attribution's own rule for effective steps (docs/events.md, the data cursor);
+  4. `recovery`: the attempt made progress, all of it replay (a restore from an older
+     checkpoint re-reads data up to the high-water mark);
+  5. `startup`: no progress yet: scheduling, initialization, compilation, restore. A span
+     is reported when it ends (about a second of steps in the reference trainer), so a
+     job is `startup` or `recovery` until the first span on new data *has arrived*: it
+     is never called `training` before the events say so.
+- **Saving**: a save phase of the attempt is open (`checkpoint_save_blocking`, which a
+  trainer may report, or `final_checkpoint`), or one of its `checkpoint_saved` is not
+  complete by `now`. A save is complete at `max(ts, start_ts + total_s)`: `ts` is its
+  commit, `start_ts + total_s` when its background part ended; a producer that reports
+  when the loop is unblocked (before the background part is done) is thus still saving.
+  The reference trainer reports a periodic save only once it committed (`checkpoint_saved`
+  at the commit, no phase), so its periodic saves cannot be seen while they run; its
+  final save is inside the `final_checkpoint` phase (saving, and `shutdown` anyway).
+- **since_checkpoint_s**: the training time since the state of the attempt's last
+  committed checkpoint (complete by `now`, as above), that is `now - (start_ts +
+  blocking_s)`: the loop resumed at `start_ts + blocking_s` and everything trained since
+  is not in that checkpoint, even the steps run while its background part was written. A
+  preemption now would lose exactly that. None when no checkpoint of *this* attempt is
+  complete: a previous attempt's checkpoint was restored, but the time this attempt spent
+  since (startup, replay) is lost too. Kept within `[0, run_s]`.
+- **preemptions_today**: attempts whose `attempt_ended` (the latest one for the attempt)
+  has cause `preemption` and `ts >= day_start` (the tenant's daily cap counts them).
+- **restart_s**: what a restart costs before the job trains new data again: the current
+  attempt's own time from its start to its first new data (the start of the first span
+  passing the high-water mark, or the point where it passes it, by its cursor, for a span
+  that straddles it, as the attribution splits it) once it has trained; before that, the
+  same figure of the latest earlier attempt that trained (a restart of this job, restore
+  and replay included); else None (the caller's default stands).
+- **run_s** and **admitted_at**: the current attempt's start, and `now` minus it (at
+  least 0). **last_event_at**: the latest `ts` of any of the job's events.
+
+Events are taken as given, in any order, each id once (`dedupe`, as the attribution);
+an event stamped after `now` (a trainer host whose clock runs ahead) counts: ignoring a
+save that has begun would be the costly mistake. Every such clock error leans the safe
+way: a save complete after `now` is still in progress and not yet committed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from airflow_ett.ett.attribution import dedupe
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    CheckpointSaved,
+    Event,
+    JobEnded,
+    JobSubmitted,
+    PhaseEnded,
+    PhaseStarted,
+    Progress,
+)
+from airflow_ett.ett.phases import PHASES, SHUTDOWN
+from airflow_ett.scheduling.model import RunningJob, Stage
+
+#: The phases that are a checkpoint save while they are open.
+SAVE_PHASES: Final = frozenset({"checkpoint_save_blocking", "final_checkpoint"})
+#: The phase of publishing while the GPUs are held (the train operator's, job-level).
+PUBLISH_PHASE: Final = "publish_in_gpu"
+
+# Below every cursor the event format allows (Int64): "no high-water mark yet".
+_NO_MARK: Final = -(2**63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """A running job, as far as preemption cares (see the module docstring for each
+    field's rule). Times are Unix seconds, durations seconds."""
+
+    job: str
+    tenant: str
+    model: str
+    attempt: str  # the current attempt's id
+    stage: Stage
+    saving: bool
+    run_s: float
+    since_checkpoint_s: float | None
+    preemptions_today: int
+    restart_s: float | None
+    admitted_at: float
+    last_event_at: float
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One attempt's events, gathered (any order)."""
+
+    id: str
+    started: float | None = None  # earliest attempt_started
+    first_seen: float = math.inf  # earliest time any of its events names
+    end: AttemptEnded | None = None  # the latest attempt_ended
+    spans: list[Progress] = field(default_factory=list)
+    checkpoints: list[CheckpointSaved] = field(default_factory=list)
+    marks: list[PhaseStarted | PhaseEnded] = field(default_factory=list)
+
+    @property
+    def start(self) -> float:
+        return self.started if self.started is not None else self.first_seen
+
+    def note(self, e: Progress | CheckpointSaved | PhaseStarted | PhaseEnded
+             | AttemptStarted | AttemptEnded) -> None:
+        """One event naming this attempt; a span or a save is seen from its start."""
+        self.first_seen = min(self.first_seen,
+                              e.start_ts if isinstance(e, Progress | CheckpointSaved) else e.ts)
+        if isinstance(e, Progress):
+            self.spans.append(e)
+        elif isinstance(e, CheckpointSaved):
+            self.checkpoints.append(e)
+        elif isinstance(e, PhaseStarted | PhaseEnded):
+            self.marks.append(e)
+        elif isinstance(e, AttemptStarted):
+            self.started = e.ts if self.started is None else min(self.started, e.ts)
+        elif self.end is None or (e.ts, e.id) > (self.end.ts, self.end.id):
+            self.end = e  # the latest attempt_ended wins (ties by id: order never matters)
+
+
+@dataclass(frozen=True, slots=True)
+class _OpenPhase:
+    phase: str
+    component: str | None
+    ts: float
+
+
+def live_state(events: Sequence[Event], *, now: float, day_start: float) -> LiveState | None:
+    """The live state of the one job `events` describe, or None when it does not run now
+    (no attempt, its current attempt ended, or the job ended). See the module docstring.
+
+    Raises ValueError for events of several jobs, or a `now`/`day_start` that is not a
+    finite number of seconds."""
+    _check_seconds("now", now)
+    _check_seconds("day_start", day_start)
+    unique, _ = dedupe(events)
+    if not unique:
+        return None
+    jobs = sorted({e.job for e in unique})
+    if len(jobs) > 1:
+        raise ValueError(f"events: {len(jobs)} jobs given, expected one: {jobs[:5]}")
+    attempts, job_marks = _gather(unique)
+    if not attempts:
+        return None
+    ordered = sorted(attempts.values(), key=lambda a: (a.start, a.id))
+    current = ordered[-1]
+    start = current.start
+    if any(isinstance(e, JobEnded) and e.ts >= start for e in unique):
+        return None
+    job_shutdown = [p for p in _open_phases(job_marks)
+                    if p.component == SHUTDOWN and p.ts >= start]
+    if current.end is not None and not job_shutdown:
+        return None
+    new_data_at = _first_new_data(ordered)
+    run_s = max(0.0, now - start)
+    meta = min((e for e in unique if isinstance(e, JobSubmitted)), key=lambda e: (e.ts, e.id),
+               default=None)
+    return LiveState(
+        job=jobs[0],
+        tenant=meta.tenant if meta is not None else "default",
+        model=meta.model if meta is not None else "",
+        attempt=current.id,
+        stage=_stage(current, new_data_at, job_shutdown),
+        saving=_saving(current, now),
+        run_s=run_s,
+        since_checkpoint_s=_since_checkpoint(current, now, run_s),
+        preemptions_today=sum(1 for a in ordered if a.end is not None
+                              and a.end.cause == "preemption" and a.end.ts >= day_start),
+        restart_s=_restart_s(ordered, new_data_at),
+        admitted_at=start,
+        last_event_at=max(e.ts for e in unique),
+    )
+
+
+def running_job(state: LiveState, *, priority: int, gpus: int,
+                default_restart_s: float) -> RunningJob:
+    """The victim choice's view of a live job; `priority` and `gpus` come from the
+    scheduler (the task's priority weight, its pool slots), `default_restart_s` stands
+    where the job has no measured restart yet (`restart_s` None)."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus = {gpus!r}: must be a whole number of GPUs >= 1")
+    if not (math.isfinite(default_restart_s) and default_restart_s >= 0):
+        raise ValueError(f"default_restart_s = {default_restart_s!r}: must be a finite number "
+                         "of seconds >= 0")
+    return RunningJob(
+        job=state.job,
+        tenant=state.tenant,
+        priority=priority,
+        gpus=gpus,
+        stage=state.stage,
+        run_s=state.run_s,
+        since_checkpoint_s=state.since_checkpoint_s,
+        saving=state.saving,
+        preemptions_today=state.preemptions_today,
+        restart_s=state.restart_s if state.restart_s is not None else default_restart_s,
+        admitted_at=state.admitted_at,
+    )
+
+
+def _check_seconds(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} = {value!r}: must be a finite number of Unix seconds")
+
+
+def _gather(events: Sequence[Event]) -> tuple[dict[str, _Attempt],
+                                              list[PhaseStarted | PhaseEnded]]:
+    """Each attempt's events, and the phase marks of no attempt (the operator's)."""
+    attempts: dict[str, _Attempt] = {}
+    job_marks: list[PhaseStarted | PhaseEnded] = []
+    for e in events:
+        if isinstance(e, PhaseStarted | PhaseEnded) and e.attempt is None:
+            job_marks.append(e)
+        elif isinstance(e, Progress | CheckpointSaved | PhaseStarted | PhaseEnded
+                        | AttemptStarted | AttemptEnded):
+            attempt_id = e.attempt
+            assert attempt_id is not None  # a phase of no attempt went to job_marks
+            found = attempts.get(attempt_id)
+            if found is None:
+                found = attempts[attempt_id] = _Attempt(attempt_id)
+            found.note(e)
+    return attempts, job_marks
+
+
+def _component(mark: PhaseStarted | PhaseEnded) -> str | None:
+    known = PHASES.get(mark.phase)
+    return known.component if known is not None else mark.component
+
+
+def _phases(marks: Sequence[PhaseStarted | PhaseEnded]
+            ) -> tuple[list[_OpenPhase], list[_OpenPhase]]:
+    """Every phase started, and those still open: starts paired with the next end of the
+    same (phase, span), the latest open start first (the attribution's pairing)."""
+    started: list[_OpenPhase] = []
+    stacks: dict[tuple[str, str], list[_OpenPhase]] = {}
+    for mark in sorted(marks, key=lambda m: (m.ts, type(m) is PhaseEnded, m.id)):
+        stack = stacks.setdefault((mark.phase, mark.span), [])
+        if type(mark) is PhaseStarted:
+            phase = _OpenPhase(mark.phase, _component(mark), mark.ts)
+            started.append(phase)
+            stack.append(phase)
+        elif stack:
+            stack.pop()
+    return started, [p for stack in stacks.values() for p in stack]
+
+
+def _open_phases(marks: Sequence[PhaseStarted | PhaseEnded]) -> list[_OpenPhase]:
+    return _phases(marks)[1]
+
+
+def _first_new_data(ordered: Sequence[_Attempt]) -> dict[str, float]:
+    """Per attempt that read new data, when it began to: the start of its first span past
+    the high-water mark, or the point where a straddling span passes it (by the cursor)."""
+    out: dict[str, float] = {}
+    hwm = _NO_MARK
+    for a in ordered:
+        for span in sorted(a.spans, key=lambda p: (p.start_ts, p.ts, p.cursor_start,
+                                                   p.cursor_end, p.id)):
+            c0, c1 = span.cursor_start, span.cursor_end
+            if a.id not in out and c1 > hwm and c1 > c0:
+                lo = max(span.start_ts, a.start)
+                hi = max(span.ts, lo)
+                share = 0.0 if c0 >= hwm else (hwm - c0) / (c1 - c0)
+                out[a.id] = lo + (hi - lo) * share
+            hwm = max(hwm, c1)
+    return out
+
+
+def _stage(current: _Attempt, new_data_at: dict[str, float],
+           job_shutdown: Sequence[_OpenPhase]) -> Stage:
+    started, still_open = _phases(current.marks)
+    if any(p.phase == PUBLISH_PHASE for p in [*still_open, *job_shutdown]):
+        return "publishing"
+    if (job_shutdown or any(p.component == SHUTDOWN for p in started)
+            or any(c.final for c in current.checkpoints)):
+        return "shutdown"
+    if current.id in new_data_at:
+        return "training"
+    if current.spans:
+        return "recovery"
+    return "startup"
+
+
+def _complete_at(c: CheckpointSaved) -> float:
+    """When a save is complete: its commit, or the end of its background part if later."""
+    return max(c.ts, c.start_ts + c.total_s)
+
+
+def _saving(current: _Attempt, now: float) -> bool:
+    if any(p.phase in SAVE_PHASES for p in _open_phases(current.marks)):
+        return True
+    return any(_complete_at(c) > now for c in current.checkpoints)
+
+
+def _since_checkpoint(current: _Attempt, now: float, run_s: float) -> float | None:
+    resumed = [c.start_ts + c.blocking_s for c in current.checkpoints if _complete_at(c) <= now]
+    if not resumed:
+        return None
+    return min(run_s, max(0.0, now - max(resumed)))
+
+
+def _restart_s(ordered: Sequence[_Attempt], new_data_at: dict[str, float]) -> float | None:
+    """The latest attempt's (the current one first) time from its start to new data."""
+    for a in reversed(ordered):
+        if a.id in new_data_at:
+            return max(0.0, new_data_at[a.id] - a.start)
+    return None
