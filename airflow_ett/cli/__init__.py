@@ -1,7 +1,7 @@
 """`airflow-ett`: compute, store and inspect ETT breakdowns from the shell.
 
 One module per command group (`compute`, `ingest`, `db`, `runs`, `rollup`, `report`,
-`spool`, `embedded`, `fleet`, `tenants`), each adding its parsers and holding its
+`spool`, `embedded`, `fleet`, `tenants`, `preemption`), each adding its parsers and holding its
 commands; `common` is what they share, `events_file` reads event logs, `render` writes a
 job's report as text. This package
 module only assembles the parser and maps errors to exit statuses, and `main` here is
@@ -27,6 +27,7 @@ from airflow_ett.cli import (
     embedded,
     fleet,
     ingest,
+    preemption,
     report,
     rollup,
     runs,
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (compute, ingest, db, runs, rollup, report, spool, embedded, fleet, tenants):
+    for group in (compute, ingest, db, runs, rollup, report, spool, embedded, fleet, tenants,
+                  preemption):
         group.add_parser(sub)
     return parser
 

@@ -1,0 +1,182 @@
+"""Preemption end to end on a real Airflow (scheduler, dag-processor, API server; SQLite,
+LocalExecutor with one slot: the fleet's only GPU) with the real trainer.
+
+A preemptible low-priority job (tenant `batch`, borrowing the GPU) trains; a
+high-priority job (tenant `ads`, whose guarantee it is) arrives and waits for the slot.
+The controller (`airflow-ett preemption run --once`, as a platform team runs it) chooses
+the low job and asks it to yield; it checkpoints and reschedules itself (no retry spent),
+the high job runs and finishes, the low job resumes from its checkpoint and finishes. Its
+final weights are bitwise those of the same job trained without a preemption, its ETT
+shows the preemption (cause, the decision's reason) and a TTR, and the train task of
+each job ran in its tenant's pool with its slots (the cluster policy).
+
+Both DAGs are train-only lifecycle jobs (no prewarm, publish inside the train task), so
+that the one executor slot is exactly the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from airflow_ett.embedded import EmbeddedAirflow, venv_script
+from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, Progress
+from airflow_ett.jobs import job_id_for
+from airflow_ett.store import EttStore, upgrade
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+TENANTS = """
+[scheduling]
+capacity_gpus = 1
+preemption = true
+resume_after_s = 5
+aging_per_hour = 0
+
+[tenants.batch]
+priority = 1
+quota_gpus = 0
+borrow_limit_gpus = 1
+min_run_s = 0
+grace_s = 60
+max_preemptions_per_day = 3
+
+[tenants.ads]
+priority = 10
+quota_gpus = 1
+preemptible = false
+"""
+
+TRAINER = {"compile": False, "num_workers": 0, "batch_size": 64, "seed": 5,
+           "log_every_s": 1.0}
+DAGS = f'''# two lifecycle DAGs (Airflow parses a file only if it says "airflow" and "DAG")
+from airflow_ett.operators import training_job
+
+OPTS = {{"compile_cache": False, "standalone_publish": False}}
+low = training_job("pre_low", model="dlrm_tiny", steps=500, tenant="batch", retries=1,
+                   checkpoint_interval=1000, optimizations=OPTS,
+                   trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1}})
+high = training_job("pre_high", model="dlrm_tiny", steps=20, tenant="ads", retries=1,
+                    checkpoint_interval=1000, optimizations=OPTS, trainer_options={TRAINER!r})
+'''
+
+
+def _ti(af: EmbeddedAirflow, dag_id: str, run_id: str) -> dict[str, Any]:
+    body = af.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    (ti,) = body["task_instances"]
+    return dict(ti)
+
+
+def _events(url: str, job: str) -> list[Any]:
+    with EttStore(url) as store:
+        return store.job_events(job)
+
+
+def _wait(what: str, check: Any, af: EmbeddedAirflow, timeout: float = 240.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        af.check_alive()
+        time.sleep(1.0)
+    raise AssertionError(f"{what}: not within {timeout} s\n{af.log_tail('scheduler')}")
+
+
+def _controller(af: EmbeddedAirflow) -> str:
+    done = subprocess.run([str(venv_script("airflow-ett")), "preemption", "run", "--once"],
+                          env=af.env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _reference_weights(job_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
+    """The low job's own trainer config, trained once without Airflow or preemption."""
+    from airflow_ett.trainer.config import load_config
+    from airflow_ett.trainer.loop import load_final_state
+
+    config = json.loads((job_dir / "trainer.json").read_text())
+    config.update({"checkpoint_dir": str(tmp / "ref" / "ckpt"), "step_sleep_s": 0.0})
+    for managed in ("events_file", "compile_cache_dir"):
+        config.pop(managed, None)
+    path = tmp / "ref" / "trainer.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_ett.trainer", "--config", str(path), "--job-id", "ref",
+         "--attempt-number", "1"], capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "AIRFLOW__ETT__DISABLED": "True"}, cwd=path.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return load_final_state(load_config(path))
+
+
+def test_a_high_priority_job_preempts_a_borrower_that_resumes_losing_nothing(
+        tmp_path: Path) -> None:
+    from airflow_ett.trainer.config import load_config
+    from airflow_ett.trainer.loop import load_final_state
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "jobs.py").write_text(DAGS, encoding="utf-8")
+    (tmp_path / "tenants.toml").write_text(TENANTS, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'ett.db'}"
+    upgrade(url)
+    env = {"AIRFLOW__ETT__TENANTS_FILE": str(tmp_path / "tenants.toml"),
+           "AIRFLOW__ETT__STORE_URL": url}
+    with EmbeddedAirflow(tmp_path / "home", dags, parallelism=1, extra_env=env) as af:
+        af.migrate()
+        synced = af.ett("tenants", "sync")
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        af.start()
+        af.wait_until_ready(180.0)
+        for dag_id in ("pre_low", "pre_high"):
+            af.wait_for_dag(dag_id, timeout=120.0)
+            af.unpause(dag_id)
+        low_run = af.trigger("pre_low")
+        low = job_id_for("pre_low", low_run)
+        _wait("the low job trains",
+              lambda: any(isinstance(e, Progress) for e in _events(url, low)), af)
+        assert "0 waiting" in _controller(af)  # nobody waits: nothing to decide
+        high_run = af.trigger("pre_high")
+        high = job_id_for("pre_high", high_run)
+        _wait("the high job waits for the slot", lambda: _ti(af, "pre_high", high_run)[
+            "state"] in ("scheduled", "queued"), af)
+        said = _wait("the controller asks the low job to yield",
+                     lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
+                     timeout=60.0)
+        assert f"preempted {low}: tenant batch over its guarantee by 1 GPU" in said
+        assert af.wait_for_run("pre_high", high_run, timeout=420.0) == "success"
+        assert af.wait_for_run("pre_low", low_run, timeout=600.0) == "success"
+        low_ti, high_ti = _ti(af, "pre_low", low_run), _ti(af, "pre_high", high_run)
+    # The cluster policy put each train task in its tenant's pool; no retry was spent.
+    assert (low_ti["pool"], high_ti["pool"]) == ("ett_tenant_batch", "ett_tenant_ads")
+    assert low_ti["try_number"] == 1
+    # The high job ran while the low one waited: it started after the low one yielded.
+    events = _events(url, low)
+    ended = [e for e in events if isinstance(e, AttemptEnded)]
+    preempted = [e for e in ended if e.cause == "preemption"]
+    assert len(preempted) == 1 and "tenant batch over its guarantee" in str(preempted[0].message)
+    high_started = min(e.ts for e in _events(url, high) if isinstance(e, AttemptStarted))
+    assert high_started >= preempted[0].ts
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+    with EttStore(url) as store:
+        summary = store.summary(low)
+    assert summary["nof"]["preemption"] == 1 and summary["nof"]["total"] == 1
+    assert len(summary["ttr_s"]) == 1 and summary["ttr_s"][0] > 0
+    # No lost samples: the final weights are those of the job trained without preemption.
+    from airflow_ett.operators.job import job_paths
+
+    job_dir = job_paths(tmp_path / "home" / "ett_work", "pre_low", low_run).job_dir
+    got = load_final_state(load_config(job_dir / "trainer.json"))
+    want = _reference_weights(job_dir, tmp_path)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), f"{name} differs after the preemption"
