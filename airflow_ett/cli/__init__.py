@@ -1,10 +1,10 @@
 """`airflow-ett`: compute, store and inspect ETT breakdowns from the shell.
 
 One module per command group (`compute`, `ingest`, `db`, `runs`, `rollup`, `report`,
-`spool`, `embedded`, `fleet`, `tenants`, `preemption`), each adding its parsers and holding its
-commands; `common` is what they share, `events_file` reads event logs, `render` writes a
-job's report as text. This package
-module only assembles the parser and maps errors to exit statuses, and `main` here is
+`spool`, `embedded`, `fleet`, `tenants`, `preemption`, `simulate_preemption`), each
+adding its parsers and holding its commands; `common` is what they share, `events_file`
+reads event logs, `render` writes a job's report as text. This package module only
+assembles the parser and maps errors to exit statuses, and `main` here is
 the console script's target (`airflow_ett.cli:main`).
 
 Bad input is one clear line on stderr and a non-zero exit, never a traceback: exit 1 for
@@ -31,6 +31,7 @@ from airflow_ett.cli import (
     report,
     rollup,
     runs,
+    simulate_preemption,
     spool,
     tenants,
 )
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (compute, ingest, db, runs, rollup, report, spool, embedded, fleet, tenants,
-                  preemption):
+                  preemption, simulate_preemption):
         group.add_parser(sub)
     return parser
 

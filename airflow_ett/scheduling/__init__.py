@@ -1,3 +1,7 @@
-"""The scheduling plugin's pure logic: tenant policies (`tenants`), the fleet state and
-decisions (`model`), and the preemption victim choice (`victims`). No Airflow, SQL or
-torch (its `ruff.toml`); plugin/ and the controller are the glue."""
+"""The scheduling plugin's pure logic: tenant policies (`tenants`), the rules the cluster
+policies apply and the aged priority weight (`rules`), the fleet state and decisions
+(`model`), a running job's live state from its events (`live`) and the fleet state from
+Airflow's rows (`snapshot`), the preemption victim choice (`victims`), the preemption
+request file (`request`), and the fleet simulation that compares policies (`fleet_sim`,
+on recorded jobs through `recorded`). No Airflow, SQL or torch (its `ruff.toml`);
+plugin/ and the controller are the glue."""

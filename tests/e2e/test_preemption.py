@@ -8,7 +8,9 @@ the low job and asks it to yield; it checkpoints and reschedules itself (no retr
 the high job runs and finishes, the low job resumes from its checkpoint and finishes. Its
 final weights are bitwise those of the same job trained without a preemption, its ETT
 shows the preemption (cause, the decision's reason) and a TTR, and the train task of
-each job ran in its tenant's pool with its slots (the cluster policy).
+each job ran in its tenant's pool with its slots (the cluster policy). Before that, while
+the low job is still in startup, it is not chosen; and once the tenants file makes the
+GPU the low tenant's guarantee, it is not touched at all.
 
 Both DAGs are train-only lifecycle jobs (no prewarm, publish inside the train task), so
 that the one executor slot is exactly the GPU.
@@ -61,9 +63,11 @@ DAGS = f'''# two lifecycle DAGs (Airflow parses a file only if it says "airflow"
 from airflow_ett.operators import training_job
 
 OPTS = {{"compile_cache": False, "standalone_publish": False}}
+# the data pipeline takes 15 s to start: the job is in startup meanwhile
 low = training_job("pre_low", model="dlrm_tiny", steps=500, tenant="batch", retries=1,
                    checkpoint_interval=1000, optimizations=OPTS,
-                   trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1}})
+                   trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1,
+                                    "data_startup_latency_s": 15.0}})
 high = training_job("pre_high", model="dlrm_tiny", steps=20, tenant="ads", retries=1,
                     checkpoint_interval=1000, optimizations=OPTS, trainer_options={TRAINER!r})
 '''
@@ -118,11 +122,92 @@ def _reference_weights(job_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
     return load_final_state(load_config(path))
 
 
-def test_a_high_priority_job_preempts_a_borrower_that_resumes_losing_nothing(
-        tmp_path: Path) -> None:
+def _a_tenant_at_its_guarantee_is_not_touched(af: EmbeddedAirflow, url: str,
+                                              tmp: Path) -> None:
+    """The same two jobs, but the GPU is now batch's guarantee: no preemption."""
+    from airflow_ett.operators.job import job_paths
+
+    text = TENANTS.replace("quota_gpus = 0\nborrow_limit_gpus = 1", "quota_gpus = 1")
+    (tmp / "tenants.toml").write_text(text, encoding="utf-8")  # read again on its next look
+    low_run = af.trigger("pre_low")
+    low = job_id_for("pre_low", low_run)
+    _wait("the low job trains again",
+          lambda: any(isinstance(e, Progress) for e in _events(url, low)), af)
+    high_run = af.trigger("pre_high")
+    _wait("the high job waits again", lambda: _ti(af, "pre_high", high_run)[
+        "state"] in ("scheduled", "queued"), af)
+    said = _controller(af)
+    assert "not eligible: 1 of a tenant at or below its guarantee" in said, said
+    assert "asked" not in said
+    job_dir = job_paths(tmp / "home" / "ett_work", "pre_low", low_run).job_dir
+    assert not list(job_dir.glob("preempt_request*"))
+
+
+def _start(af: EmbeddedAirflow) -> None:
+    af.migrate()
+    synced = af.ett("tenants", "sync")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    af.start()
+    af.wait_until_ready(180.0)
+    for dag_id in ("pre_low", "pre_high"):
+        af.wait_for_dag(dag_id, timeout=120.0)
+        af.unpause(dag_id)
+
+
+def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
+    """Low runs; high arrives; not while low starts; then low yields. Both finish."""
+    low_run = af.trigger("pre_low")
+    low = job_id_for("pre_low", low_run)
+    _wait("the low job's attempt starts",
+          lambda: any(isinstance(e, AttemptStarted) for e in _events(url, low)), af)
+    assert "0 waiting" in _controller(af)  # nobody waits: nothing to decide
+    high_run = af.trigger("pre_high")
+    _wait("the high job waits for the slot", lambda: _ti(af, "pre_high", high_run)[
+        "state"] in ("scheduled", "queued"), af)
+    # In startup (its data pipeline still starting), the low job is not a victim.
+    assert not any(isinstance(e, Progress) for e in _events(url, low))
+    in_startup = _controller(af)
+    assert "not eligible: 1 in startup" in in_startup and "asked" not in in_startup
+    assert not any(isinstance(e, Progress) for e in _events(url, low))  # still so
+    _wait("the low job trains",
+          lambda: any(isinstance(e, Progress) for e in _events(url, low)), af)
+    said = _wait("the controller asks the low job to yield",
+                 lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
+                 timeout=60.0)
+    assert f"preempted {low}: tenant batch over its guarantee by 1 GPU" in said
+    assert af.wait_for_run("pre_high", high_run, timeout=420.0) == "success"
+    assert af.wait_for_run("pre_low", low_run, timeout=600.0) == "success"
+    return low_run, high_run
+
+
+def _the_low_job_lost_nothing(url: str, low_run: str, high_run: str, tmp: Path) -> None:
+    from airflow_ett.operators.job import job_paths
     from airflow_ett.trainer.config import load_config
     from airflow_ett.trainer.loop import load_final_state
 
+    low, high = job_id_for("pre_low", low_run), job_id_for("pre_high", high_run)
+    events = _events(url, low)
+    preempted = [e for e in events if isinstance(e, AttemptEnded) and e.cause == "preemption"]
+    assert len(preempted) == 1 and "tenant batch over its guarantee" in str(preempted[0].message)
+    # The high job ran while the low one waited: it started after the low one yielded.
+    high_started = min(e.ts for e in _events(url, high) if isinstance(e, AttemptStarted))
+    assert high_started >= preempted[0].ts
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+    with EttStore(url) as store:
+        summary = store.summary(low)
+    assert summary["nof"]["preemption"] == 1 and summary["nof"]["total"] == 1
+    assert len(summary["ttr_s"]) == 1 and summary["ttr_s"][0] > 0
+    # No lost samples: the final weights are those of the job trained without preemption.
+    job_dir = job_paths(tmp / "home" / "ett_work", "pre_low", low_run).job_dir
+    got = load_final_state(load_config(job_dir / "trainer.json"))
+    want = _reference_weights(job_dir, tmp)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), f"{name} differs after the preemption"
+
+
+def test_a_high_priority_job_preempts_a_borrower_that_resumes_losing_nothing(
+        tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "jobs.py").write_text(DAGS, encoding="utf-8")
@@ -132,51 +217,11 @@ def test_a_high_priority_job_preempts_a_borrower_that_resumes_losing_nothing(
     env = {"AIRFLOW__ETT__TENANTS_FILE": str(tmp_path / "tenants.toml"),
            "AIRFLOW__ETT__STORE_URL": url}
     with EmbeddedAirflow(tmp_path / "home", dags, parallelism=1, extra_env=env) as af:
-        af.migrate()
-        synced = af.ett("tenants", "sync")
-        assert synced.returncode == 0, synced.stdout + synced.stderr
-        af.start()
-        af.wait_until_ready(180.0)
-        for dag_id in ("pre_low", "pre_high"):
-            af.wait_for_dag(dag_id, timeout=120.0)
-            af.unpause(dag_id)
-        low_run = af.trigger("pre_low")
-        low = job_id_for("pre_low", low_run)
-        _wait("the low job trains",
-              lambda: any(isinstance(e, Progress) for e in _events(url, low)), af)
-        assert "0 waiting" in _controller(af)  # nobody waits: nothing to decide
-        high_run = af.trigger("pre_high")
-        high = job_id_for("pre_high", high_run)
-        _wait("the high job waits for the slot", lambda: _ti(af, "pre_high", high_run)[
-            "state"] in ("scheduled", "queued"), af)
-        said = _wait("the controller asks the low job to yield",
-                     lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
-                     timeout=60.0)
-        assert f"preempted {low}: tenant batch over its guarantee by 1 GPU" in said
-        assert af.wait_for_run("pre_high", high_run, timeout=420.0) == "success"
-        assert af.wait_for_run("pre_low", low_run, timeout=600.0) == "success"
+        _start(af)
+        low_run, high_run = _preempt_once(af, url)
         low_ti, high_ti = _ti(af, "pre_low", low_run), _ti(af, "pre_high", high_run)
+        _a_tenant_at_its_guarantee_is_not_touched(af, url, tmp_path)
     # The cluster policy put each train task in its tenant's pool; no retry was spent.
     assert (low_ti["pool"], high_ti["pool"]) == ("ett_tenant_batch", "ett_tenant_ads")
     assert low_ti["try_number"] == 1
-    # The high job ran while the low one waited: it started after the low one yielded.
-    events = _events(url, low)
-    ended = [e for e in events if isinstance(e, AttemptEnded)]
-    preempted = [e for e in ended if e.cause == "preemption"]
-    assert len(preempted) == 1 and "tenant batch over its guarantee" in str(preempted[0].message)
-    high_started = min(e.ts for e in _events(url, high) if isinstance(e, AttemptStarted))
-    assert high_started >= preempted[0].ts
-    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
-    with EttStore(url) as store:
-        summary = store.summary(low)
-    assert summary["nof"]["preemption"] == 1 and summary["nof"]["total"] == 1
-    assert len(summary["ttr_s"]) == 1 and summary["ttr_s"][0] > 0
-    # No lost samples: the final weights are those of the job trained without preemption.
-    from airflow_ett.operators.job import job_paths
-
-    job_dir = job_paths(tmp_path / "home" / "ett_work", "pre_low", low_run).job_dir
-    got = load_final_state(load_config(job_dir / "trainer.json"))
-    want = _reference_weights(job_dir, tmp_path)
-    assert want.keys() == got.keys()
-    for name in want:
-        assert torch.equal(want[name], got[name]), f"{name} differs after the preemption"
+    _the_low_job_lost_nothing(url, low_run, high_run, tmp_path)
