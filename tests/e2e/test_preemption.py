@@ -64,7 +64,7 @@ from airflow_ett.operators import training_job
 
 OPTS = {{"compile_cache": False, "standalone_publish": False}}
 # the data pipeline takes 15 s to start: the job is in startup meanwhile
-low = training_job("pre_low", model="dlrm_tiny", steps=500, tenant="batch", retries=1,
+low = training_job("pre_low", model="dlrm_tiny", steps=300, tenant="batch", retries=1,
                    checkpoint_interval=1000, optimizations=OPTS,
                    trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1,
                                     "data_startup_latency_s": 15.0}})

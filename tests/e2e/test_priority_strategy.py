@@ -49,7 +49,7 @@ def hold(seconds):
     time.sleep(seconds)
 
 with DAG("prio_blocker", schedule=None, is_paused_upon_creation=False):
-    PythonOperator(task_id="hold", python_callable=hold, op_args=[25])
+    PythonOperator(task_id="hold", python_callable=hold, op_args=[12])
 
 for tenant, priority in (("low", 1), ("high", 5)):
     with DAG(f"prio_{tenant}", schedule=None, is_paused_upon_creation=False,
