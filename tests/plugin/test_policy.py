@@ -180,3 +180,27 @@ def test_airflow_loads_the_policies_from_the_entry_point(tmp_path: Path) -> None
         "bad.py"]
     assert got["train"] == ["ett_tenant_ads", 2, "gpu", 10]
     assert got["rule"] == "EttTenantPriority"
+
+
+def test_the_policies_open_no_database_session(tenants_file: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """In `task_instance_mutation_hook` and the DAG processor they would run inside
+    Airflow's own transaction: any session they opened is a bug. Every way to one raises
+    here; the policies still apply, and the strategy still weighs."""
+    import airflow.settings
+    import airflow.utils.session
+
+    class SessionOpened(BaseException):  # not an Exception: the policies' guards let it out
+        pass
+
+    def no_session(*args: object, **kwargs: object) -> object:
+        raise SessionOpened("a cluster policy opened a database session")
+
+    monkeypatch.setattr(airflow.settings, "Session", no_session)
+    monkeypatch.setattr(airflow.utils.session, "create_session", no_session)
+    dag = job()
+    apply(dag)
+    train = dag.get_task("train")  # type: ignore[attr-defined]
+    assert train.pool == "ett_tenant_ads"
+    assert EttTenantPriority().get_weight(
+        _Ti(train, "manual__2026-12-01T10:00:00+00:00")) != 0  # type: ignore[arg-type]
