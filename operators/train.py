@@ -49,10 +49,13 @@ REQUEST_POLL_S = 1.0
 
 class _RequestWatcher:
     """Polls the job directory for a preemption request while the trainer runs; acts on
-    the first one (calls `act` once, from its own thread)."""
+    the first one (calls `act` once, from its own thread). A request made before this
+    execution began is stale (the controller saw an earlier one, which ended meanwhile):
+    it is put aside, not acted on."""
 
     def __init__(self, job_dir: Any, act: Any, poll_s: float = REQUEST_POLL_S) -> None:
         self.job_dir, self._act, self._poll_s = job_dir, act, poll_s
+        self.began = time.time()
         self.request: Any = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ett-preempt-watch",
@@ -67,14 +70,18 @@ class _RequestWatcher:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        from airflow_ett.scheduling.request import read_request
+        from airflow_ett.scheduling.request import archive_request, read_request
 
         while not self._done.wait(self._poll_s):
             request = read_request(self.job_dir)
-            if request is not None:
-                self.request = request
-                self._act(request)
-                return
+            if request is None:
+                continue
+            if request.requested_at < self.began:
+                archive_request(self.job_dir)
+                continue
+            self.request = request
+            self._act(request)
+            return
 
 
 def first_attempt_number(launched_before: int | None, try_number: int, restarts: int) -> int:

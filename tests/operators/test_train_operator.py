@@ -254,3 +254,20 @@ def test_a_preemption_request_checkpoints_yields_and_resumes_in_the_same_try(
     restores = [e for e in events if isinstance(e, PhaseStarted)
                 and e.phase == "checkpoint_restore" and e.attempt == "1.3"]
     assert restores, "the resumed attempt did not restore"
+
+
+def test_a_request_made_before_the_task_began_is_stale_and_ignored(ett_home: Path) -> None:
+    """The controller saw an earlier execution: its request must not preempt this one."""
+    from airflow_ett.operators.job import job_paths
+    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+
+    job_dir = job_paths(ett_home / "ett_work", "ett_test", "stale").job_dir
+    job_dir.mkdir(parents=True)
+    write_request(job_dir, PreemptRequest(victim="ett_test__stale", for_job="other__r",
+                                          reason="old", requested_at=time.time() - 60,
+                                          grace_s=30.0))
+    result = operator().execute(context("stale"))
+    assert result["attempts"] == ["1.1"]  # trained to the end, not preempted
+    assert read_request(job_dir) is None  # put aside
+    events = store_events("ett_test__stale")
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
