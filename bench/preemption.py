@@ -44,8 +44,8 @@ from airflow_ett.scheduling.fleet_sim import (
     SimulationResult,
     simulate,
     summarise,
-    synthetic_arrivals,
 )
+from airflow_ett.scheduling.fleet_workload import synthetic_arrivals
 from airflow_ett.scheduling.model import TenantPolicy
 from airflow_ett.scheduling.tenants import load_tenants
 

@@ -3,5 +3,5 @@ policies apply and the aged priority weight (`rules`), the fleet state and decis
 (`model`), a running job's live state from its events (`live`) and the fleet state from
 Airflow's rows (`snapshot`), the preemption victim choice (`victims`), the preemption
 request file (`request`), and the fleet simulation that compares policies (`fleet_sim`,
-on recorded jobs through `recorded`). No Airflow, SQL or torch (its `ruff.toml`);
-plugin/ and the controller are the glue."""
+on a synthetic fleet from `fleet_workload` or on recorded jobs through `recorded`). No
+Airflow, SQL or torch (its `ruff.toml`); plugin/ and the controller are the glue."""

@@ -3,8 +3,8 @@
 preempting ones through the victim function the controller uses (`victims.choose`), so
 that what is measured is what would run.
 
-In: job arrivals (`JobArrival`: from the synthetic generator below, `synthetic_arrivals`,
-or from a recorded fleet's history), the tenants' policies and the fleet's GPUs. Out:
+In: job arrivals (`JobArrival`: from the synthetic generator, `fleet_workload`, or from a
+recorded fleet's history, `recorded`), the tenants' policies and the fleet's GPUs. Out:
 `SimulationResult` per policy, and `summarise` for the figures of one or more runs. Pure
 logic (no Airflow, SQL or torch) and deterministic: the same input gives the same result
 (events of one instant are taken in the order they were scheduled), and the generator
@@ -92,19 +92,14 @@ Everything is measured up to the end (`until`, or the last event when every job 
 
 from __future__ import annotations
 
-import datetime as dt
 import heapq
 import math
-import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Final, Literal, get_args
 
-from airflow_ett.ett.synthetic import JobSpec
 from airflow_ett.rollup.figures import percentile
-from airflow_ett.rollup.simulate import TENANTS as SIMULATED_TENANTS
-from airflow_ett.rollup.simulate import fleet_job
 from airflow_ett.scheduling.model import (
     Decision,
     FleetState,
@@ -890,152 +885,3 @@ def _outcome(job: _Job, end: float) -> JobOutcome:
         waited_s=job.waited_s, preemptions=len(job.preempted_at), failures=job.failed,
         held_s=job.held_s, new_s=job.new_s, replay_s=job.replay_s, startup_s=job.startup_s,
         save_s=job.save_s, killed_s=job.killed_s)
-
-
-# -- a synthetic fleet ---------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class TenantShare:
-    """A tenant's share of the offered load (GPU-seconds asked of the fleet), and the
-    synthetic fleet's tenants (`rollup.simulate.TENANTS`) whose jobs it runs."""
-
-    tenant: str
-    load_share: float
-    sources: tuple[str, ...]
-
-
-#: The example tenants file's four tenants (tenants.example.toml) and their shares of the
-#: offered load: the high-priority ads-ranking and feed-recs about their guarantees (24
-#: and 16 of 64 GPUs), foundation-models (not preemptible, no borrowing) under its own,
-#: and the low-priority tenant that borrows, ml-platform-ci, with the rest: what
-#: preemption takes back. Each runs the synthetic fleet's jobs of the tenant of its name;
-#: the low-priority one also those of the synthetic tenants the file does not name
-#: (search, integrity): the fleet's batch work, 1-4 GPUs for an hour or two, beside the
-#: CI smoke tests (1 GPU, minutes). The shares are the benchmark's choice, not measured.
-DEFAULT_SHARES: Final[tuple[TenantShare, ...]] = (
-    TenantShare("ads-ranking", 0.35, ("ads-ranking",)),
-    TenantShare("feed-recs", 0.25, ("feed-recs",)),
-    TenantShare("foundation-models", 0.15, ("foundation-models",)),
-    TenantShare("ml-platform-ci", 0.25, ("ml-platform-ci", "search", "integrity")))
-#: simulate.py's jobs run on 8-256 GPUs; here on 1/8 of them (at most `MAX_JOB_GPUS`).
-GPU_SCALE: Final = 8
-MAX_JOB_GPUS: Final = 16
-#: simulate.py's infra failure rate (1 per 1,200 GPU-hours), here per GPU of the job.
-INFRA_FAILURES_PER_GPU_HOUR: Final = 1 / 1200
-#: simulate.py's warm compile: 10% of its cold median of 480 s x model size.
-WARM_COMPILE_S: Final = 48.0
-_SYNTHETIC_DAY: Final = dt.date(2026, 1, 1)
-_MAX_DRAWS: Final = 2_000_000
-
-
-def synthetic_arrivals(tenants: Mapping[str, TenantPolicy], *, seed: int, capacity_gpus: int,
-                       horizon_s: float, load: float = 1.0,
-                       shares: Sequence[TenantShare] = DEFAULT_SHARES,
-                       infra_failures_per_gpu_hour: float = INFRA_FAILURES_PER_GPU_HOUR,
-                       ) -> list[JobArrival]:
-    """A congested fleet's arrivals over `[0, horizon_s)`: each tenant's jobs until they
-    offer its share of `load` x capacity x horizon GPU-seconds, arriving as a Poisson
-    process (given their number, arrival times are independent and uniform).
-
-    The jobs are the synthetic fleet's (`rollup.simulate.fleet_job`, the distributions
-    "shaped like the measured demo runs": its phases, checkpoint interval and costs,
-    restore, training length and tenant habits), on 1/8 of their GPUs (1-16), taken in
-    its order for the tenants named in `shares` (others are skipped). From each:
-    `startup_s` its startup phases (the longest with parallel init, else their sum, as
-    simulate.py bounds them); `restart_s` the same with a warm compile cache (compile at
-    most `WARM_COMPILE_S` x model size) plus its checkpoint restore; the periodic save is
-    its blocking time, a preempted job's exit save its checkpoint's total time. Infra
-    failures: a Poisson process at `infra_failures_per_gpu_hour` over its training.
-    """
-    budgets = _budgets(tenants, shares, capacity_gpus=capacity_gpus, horizon_s=horizon_s,
-                       load=load, seed=seed)
-    if not (math.isfinite(infra_failures_per_gpu_hour) and infra_failures_per_gpu_hour >= 0):
-        raise FleetSimError(f"infra_failures_per_gpu_hour: {infra_failures_per_gpu_hour!r} "
-                            "is not a rate >= 0")
-    runs_in = {source: share.tenant for share in shares for source in share.sources}
-    offered = dict.fromkeys(budgets, 0.0)
-    arrivals: list[JobArrival] = []
-    n = 0
-    while any(offered[t] < budgets[t] for t in budgets):
-        if n >= _MAX_DRAWS:
-            raise FleetSimError(f"shares: {list(shares)!r} needs more than {_MAX_DRAWS} jobs")
-        spec = fleet_job(seed, _SYNTHETIC_DAY, "UTC", n)
-        n += 1
-        tenant = runs_in.get(spec.tenant)
-        if tenant is None or offered[tenant] >= budgets[tenant]:
-            continue
-        arrival = _arrival_of(spec, tenants[tenant], seed=seed, horizon_s=horizon_s,
-                              failure_rate=infra_failures_per_gpu_hour)
-        offered[tenant] += arrival.offered_gpu_s
-        arrivals.append(arrival)
-    return sorted(arrivals, key=lambda a: (a.arrival, a.job))
-
-
-def _budgets(tenants: Mapping[str, TenantPolicy], shares: Sequence[TenantShare], *,
-             capacity_gpus: int, horizon_s: float, load: float,
-             seed: int) -> dict[str, float]:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise FleetSimError(f"seed: {seed!r} is not a whole number >= 0")
-    if isinstance(capacity_gpus, bool) or not isinstance(capacity_gpus, int) \
-            or capacity_gpus < 1:
-        raise FleetSimError(f"capacity_gpus: {capacity_gpus!r} is not a whole number >= 1")
-    for name, value in (("horizon_s", horizon_s), ("load", load)):
-        if not (math.isfinite(value) and value > 0):
-            raise FleetSimError(f"{name}: {value!r} is not a number > 0")
-    _check_shares(tenants, shares)
-    total = sum(s.load_share for s in shares)
-    return {s.tenant: s.load_share / total * load * capacity_gpus * horizon_s
-            for s in shares}
-
-
-def _check_shares(tenants: Mapping[str, TenantPolicy], shares: Sequence[TenantShare]) -> None:
-    known = {t.name for t in SIMULATED_TENANTS}
-    for share in shares:
-        if share.tenant not in tenants:
-            raise FleetSimError(f"shares: tenant {share.tenant!r} is not a tenant given "
-                                f"({', '.join(sorted(tenants))})")
-        if not (math.isfinite(share.load_share) and share.load_share > 0):
-            raise FleetSimError(f"shares: tenant {share.tenant!r}'s load_share "
-                                f"{share.load_share!r} is not a number > 0")
-        unknown = [s for s in share.sources if s not in known]
-        if unknown or not share.sources:
-            raise FleetSimError(f"shares: tenant {share.tenant!r}'s sources {unknown or '()'} "
-                                f"are not synthetic tenants ({', '.join(sorted(known))})")
-    sources = [s for share in shares for s in share.sources]
-    if not shares or len({s.tenant for s in shares}) < len(shares) \
-            or len(set(sources)) < len(sources):
-        raise FleetSimError(f"shares: {list(shares)!r} is empty, or names a tenant or a "
-                            "source twice")
-
-
-_MODEL_SIZES: Final[dict[str, float]] = {
-    m.name: m.size for t in SIMULATED_TENANTS for m in t.models}
-
-
-def _arrival_of(spec: JobSpec, policy: TenantPolicy, *, seed: int, horizon_s: float,
-                failure_rate: float) -> JobArrival:
-    rng = random.Random(f"airflow-ett fleet_sim {seed} {spec.job}")
-    gpus = min(MAX_JOB_GPUS, max(1, spec.world_size // GPU_SCALE))
-    work_s = spec.steps * spec.step_s
-    warm = WARM_COMPILE_S * _MODEL_SIZES[spec.model]
-    restart = tuple((name, min(s, warm)) if name == "compile" else (name, s)
-                    for name, s in spec.startup)
-    failures: list[float] = []
-    rate_per_s = gpus * failure_rate / 3600.0
-    at = rng.expovariate(rate_per_s) if rate_per_s > 0 else math.inf
-    while at < work_s:
-        failures.append(round(at, 3))
-        at += rng.expovariate(rate_per_s)
-    return JobArrival(
-        job=spec.job, tenant=policy.name, priority=policy.priority, gpus=gpus,
-        arrival=round(rng.uniform(0.0, horizon_s), 3), work_s=work_s,
-        startup_s=_startup(spec.startup, spec.parallel_init),
-        checkpoint_interval_s=spec.checkpoint_every * spec.step_s,
-        checkpoint_save_s=spec.checkpoint_blocking_s, exit_save_s=spec.checkpoint_total_s,
-        failures_at_s=tuple(f for f in failures if 0 < f < work_s),
-        restart_s=_startup(restart, spec.parallel_init) + spec.restore_s)
-
-
-def _startup(phases: Sequence[tuple[str, float]], parallel: bool) -> float:
-    seconds = [s for _, s in phases]
-    return max(seconds) if parallel else sum(seconds)

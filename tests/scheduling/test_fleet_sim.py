@@ -16,8 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_ett.scheduling.fleet_sim import (
-    DEFAULT_SHARES,
-    MAX_JOB_GPUS,
     POLICIES,
     RESTART_SHARE,
     FleetSimError,
@@ -25,9 +23,13 @@ from airflow_ett.scheduling.fleet_sim import (
     LostGpuSeconds,
     Policy,
     SimulationResult,
-    TenantShare,
     simulate,
     summarise,
+)
+from airflow_ett.scheduling.fleet_workload import (
+    DEFAULT_SHARES,
+    MAX_JOB_GPUS,
+    TenantShare,
     synthetic_arrivals,
 )
 from airflow_ett.scheduling.model import TenantPolicy, VictimOrder
