@@ -2,15 +2,15 @@
 union of them.
 
 Why: a user who may read only some DAGs sees the fleet of those DAGs (the pages'
-access rule). Recomputing it from every readable job-day cost about 13 us a job-day
-(reading the row, then the figures): 300 ms and more for a two-week view of 1,500 jobs a
-day, growing with the fleet. Every figure of a group is a function of sums that add up
-(`figures.Totals`, `whatif.Savings`) and of its worst runs (the worst of a union are among
-the worst of its parts), so the nightly rollup keeps one part per (DAG, tenant, model)
-and such a user's day is the merge of the readable parts: work in the number of DAGs
-(and the TTS/TTR values the percentiles sort), not jobs. `day.rollup_day` is itself the
-merge of all of a day's parts, so the stored day and a fully readable merge are one
-computation.
+access rule). Recomputing it from every readable job-day (reading the row, then the
+figures) cost 269-353 ms p95 for a new user's two-week view of about 22,000 readable
+job-days (bench/pages.py), growing with the fleet. Every figure of a group is a function
+of sums that add up (`figures.Totals`, `whatif.Savings`) and of its worst runs (the worst
+of a union are among the worst of its parts), so the nightly rollup keeps one part per
+(DAG, tenant, model) and such a user's day is the merge of the readable parts: work in
+the number of DAGs (and the TTS/TTR values the percentiles sort), not jobs.
+`day.rollup_day` is itself the merge of all of a day's parts, so the stored day and a
+fully readable merge are one computation.
 """
 
 from __future__ import annotations

@@ -148,9 +148,10 @@ def _components_of(day: DayRollup, fallback: ComponentsConfig | None) -> Compone
 class _Recent:
     """The last `size` restricted days computed, by (store, day, computed_at, DAGs): a
     day's rows change only when the rollup rewrites it (a new `computed_at`). Merging a
-    day's parts costs about 1.5 ms (11 DAGs, 1,500 jobs; 2 cores), but a day stored
-    without parts costs about 13 us a readable job (300 ms for two weeks of 1,500 jobs a
-    day), so a user's second look at the same days reads nothing."""
+    day's parts is cheap (bench/pages.py: a new user's first look at two weeks, 56 ms p95
+    in all), but a day stored without parts is re-rolled from its job rows (the same look
+    took 269-353 ms p95 that way, about 12-16 us a readable job-day), so a user's second
+    look at the same days reads nothing."""
 
     def __init__(self, size: int) -> None:
         self.size = size
