@@ -212,9 +212,12 @@ class DailyRollups:
         """Roll the day up from the store's events and replace its rows."""
         from airflow_ett.rollup import day_parts, job_day, rollup_of_parts
 
-        # silent in this day: cut before the day (or now) ends, so it lost time here
+        # silent in this day: cut by the bound before the day (or now) ends, so it lost
+        # time here. A job running up to `now` ends at `now` rounded to the microsecond:
+        # hence the millisecond of slack, and no bound means nobody is silent.
         cut = [job_day(a, window, gpus=a.world_size, synthetic=a.synthetic,
-                       silent=a.provisional and a.ended_at < min(now, window.hi))
+                       silent=silent_after_s > 0 and a.provisional
+                       and a.ended_at + 1e-3 < min(now, window.hi))
                for a in self.attributions(window.lo, window.hi, now=now,
                                           silent_after_s=silent_after_s)]
         days = [d for d in cut if d is not None]

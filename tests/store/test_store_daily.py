@@ -227,6 +227,23 @@ def test_a_silent_job_stops_counting_a_bound_after_its_last_event(store: EttStor
     assert ended.fleet.e2e_s == 700 and ended.silent_jobs == 0 and not ended.provisional
 
 
+def test_a_job_running_up_to_a_fractional_now_is_not_silent(store: EttStore) -> None:
+    """`now` from time.time() has digits below the microsecond the attribution keeps: a
+    job running up to it is not silent, with or without a bound it is within."""
+    from tests.rollup.scenarios import Maker
+
+    m = Maker("live")
+    store.insert_events([m(JobSubmitted, ts=LO + 1000, tenant="t1", model="m1"),
+                         m(AttemptStarted, ts=LO + 1100, attempt="1")])
+    from airflow_ett.ett.timeline import to_s, to_us
+
+    # a `now` that the microsecond rounding moves down (about a third of them)
+    now = next(t for t in (LO + 5000 + k / 7 for k in range(1, 100)) if to_s(to_us(t)) < t)
+    for bound in (0.0, 86400.0):
+        day = store.daily.compute_day(WINDOW, load_components(), now=now, silent_after_s=bound)
+        assert day.silent_jobs == 0 and day.provisional, bound
+
+
 def test_a_row_with_components_left_out_reads_them_as_zero() -> None:
     from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
     from airflow_ett.store.daily import job_day_of_row
