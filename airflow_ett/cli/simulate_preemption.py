@@ -100,7 +100,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         t.priority for t in config.tenants.values())
     try:
         summaries = {policy: summarise([simulate(recorded.arrivals, config.tenants, capacity,
-                                                 policy, resume_after_s=config.resume_after_s)],
+                                                 policy, resume_after_s=config.resume_after_s,
+                                                 checkpoint_wait_s=config.checkpoint_wait_s)],
                                        high_priority=high)
                      for policy in POLICIES}
     except FleetSimError as exc:

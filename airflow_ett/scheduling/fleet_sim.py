@@ -35,7 +35,11 @@ What `choose` is given: the waiting jobs that may run now (a preempted job may r
 priority); the running jobs as the controller reads them (`live.py`): their stage, the
 time since this attempt started, the training since this attempt's last checkpoint (None
 before its first), whether a checkpoint save blocks them, their preemptions today (days
-are UTC days of the arrival clock) and `restart_s` (a restart's startup); and the jobs
+are UTC days of the arrival clock), `restart_s` (a restart's startup), `exit_save_s`
+(known once the job has saved once, as the controller measures it) and
+`next_checkpoint_in_s` (when its next checkpoint commits, or it finishes, whichever comes
+first, known once the job has saved twice, as the controller estimates it from the gaps
+between saves; infra failures to come are not foreseen); and the jobs
 admitted for victims, as running jobs in startup (they own their GPUs already). Victims
 on their way out are left out: their GPUs are the admitted jobs'. Only the waiting jobs
 of a priority above the lowest running one are given: the others cannot preempt anybody
@@ -58,9 +62,20 @@ and restarts where it is (restart, then recovery), keeping its GPUs.
 
 A preemption, by where the victim is when asked:
 
-- training and not saving: it stops and saves (`exit_save_s`: a whole save to its commit,
-  what the trainer's graceful path waits for before it exits), then leaves: nothing is
-  lost but the save and the restart. If the save takes longer than its tenant's
+- asked to yield `at_checkpoint` (the stage-aware order, when its next periodic
+  checkpoint commits within `checkpoint_wait_s`): it trains on, and leaves the moment that
+  checkpoint commits (or it finishes): nothing lost but the restart. Its GPUs are promised
+  to the waiting job meanwhile (it is left out of `choose`'s state, as a victim on its
+  way out). If the waiting job starts before that on GPUs that freed up otherwise, the
+  yield is withdrawn: the victim goes on as if never asked (counted in
+  `withdrawn_yields`, not as a preemption; so is a victim that finishes before its
+  checkpoint, whose GPUs go to the waiting job as promised). An infra failure while it
+  yields makes it leave then (the failure's loss is the failure's);
+- asked to yield `now`, training and not saving: it stops and saves (`exit_save_s`: a
+  whole save to its commit, what the trainer's graceful path waits for before it exits),
+  then leaves: nothing is lost but the save and the restart. Asked to `skip_save` (its
+  exit save is known not to fit the grace), it leaves at once, losing its training since
+  the last checkpoint. If the save takes longer than its tenant's
   `grace_s`, the job is killed when the grace ends (the trainer gives up at the deadline):
   the grace is spent and its training since the last checkpoint lost;
 - startup, recovery or mid-save (only the classic order takes those: it knows no stages):
@@ -126,10 +141,13 @@ DAY_S: Final = 86_400.0
 #: Preemption rounds at one instant before the simulation gives up (a bug, not a fleet).
 MAX_ROUNDS_PER_INSTANT: Final = 1000
 
-#: How a victim left: it saved a checkpoint first; its save outlasted the grace and it was
+#: How a victim left: at its next periodic checkpoint's commit (an `at_checkpoint` yield);
+#: it saved a checkpoint first; it left at once without saving (its exit save was known
+#: not to fit its grace: `Preemption.skip_save`); its save outlasted the grace and it was
 #: killed; it could not save (startup, recovery, mid-save) and was killed when the grace
 #: ended; it was only admitted (withdrawn).
-Exit = Literal["checkpointed", "cut_by_grace", "killed", "withdrawn"]
+Exit = Literal["at_checkpoint", "checkpointed", "left_unsaved", "cut_by_grace", "killed",
+               "withdrawn"]
 EXITS: Final[tuple[Exit, ...]] = get_args(Exit)
 
 
@@ -270,6 +288,7 @@ class SimulationResult:
     held_gpu_s: float
     new_gpu_s: float
     peak_gpus: int
+    withdrawn_yields: int = 0
     rounds: tuple[Round, ...] = ()
 
     @property
@@ -303,6 +322,7 @@ class PolicySummary:
     preemptions_per_job: float
     max_preemptions: int
     exits: dict[Exit, int]
+    withdrawn_yields: int = 0
 
 
 def summarise(results: Sequence[SimulationResult], *, high_priority: int) -> PolicySummary:
@@ -330,6 +350,7 @@ def summarise(results: Sequence[SimulationResult], *, high_priority: int) -> Pol
         preemptions_per_job=len(preemptions) / len(jobs) if jobs else 0.0,
         max_preemptions=max((j.preemptions for j in jobs), default=0),
         exits={e: sum(1 for p in preemptions if p.exit == e) for e in EXITS},
+        withdrawn_yields=sum(r.withdrawn_yields for r in results),
     )
 
 
@@ -337,12 +358,16 @@ def summarise(results: Sequence[SimulationResult], *, high_priority: int) -> Pol
 
 def simulate(arrivals: Iterable[JobArrival], tenants: Mapping[str, TenantPolicy],
              capacity_gpus: int, policy: Policy, *, until: float | None = None,
-             resume_after_s: float = 30.0, keep_rounds: bool = False) -> SimulationResult:
+             resume_after_s: float = 30.0, checkpoint_wait_s: float = 0.0,
+             keep_rounds: bool = False) -> SimulationResult:
     """Run the fleet under `policy` until `until` (None: until every job finished), from
-    the first arrival. `keep_rounds` keeps every `choose` call (`SimulationResult.rounds`).
+    the first arrival. `checkpoint_wait_s` is `FleetState.checkpoint_wait_s` (0: every
+    victim yields now). `keep_rounds` keeps every `choose` call (`SimulationResult.rounds`).
     Bad input raises `FleetSimError`, naming the job, the field and the value."""
     jobs = list(arrivals)
     _check_run(tenants, capacity_gpus, policy, until, resume_after_s)
+    if not (math.isfinite(checkpoint_wait_s) and checkpoint_wait_s >= 0):
+        raise FleetSimError(f"checkpoint_wait_s: {checkpoint_wait_s!r} is not a duration >= 0")
     for job in jobs:
         check_arrival(job, tenants, capacity_gpus)
     names = [j.job for j in jobs]
@@ -350,7 +375,8 @@ def simulate(arrivals: Iterable[JobArrival], tenants: Mapping[str, TenantPolicy]
         twice = sorted({n for n in names if names.count(n) > 1})
         raise FleetSimError(f"job: {', '.join(map(repr, twice))} arrives more than once")
     return _Fleet(jobs, dict(tenants), capacity_gpus, policy, until=until,
-                  resume_after_s=resume_after_s, keep_rounds=keep_rounds).run()
+                  resume_after_s=resume_after_s, checkpoint_wait_s=checkpoint_wait_s,
+                  keep_rounds=keep_rounds).run()
 
 
 def _check_run(tenants: Mapping[str, TenantPolicy], capacity_gpus: int, policy: str,
@@ -444,6 +470,10 @@ class _Job:
     segment_pos: float = 0.0
     segment_target: float = 0.0
     exit_commits: bool = False
+    saves: int = 0  # periodic checkpoints committed, over all attempts
+    yield_for: Preemption | None = None  # asked to yield at its next checkpoint
+    yielding_to: str | None = None  # a victim: the admitted job its GPUs go to
+    yield_asked_at: float = 0.0
     wait_since: float = 0.0
     not_before: float = 0.0
     admitted_at: float = 0.0
@@ -503,13 +533,15 @@ class _Fleet:
 
     def __init__(self, arrivals: Sequence[JobArrival], tenants: dict[str, TenantPolicy],
                  capacity: int, policy: Policy, *, until: float | None,
-                 resume_after_s: float, keep_rounds: bool) -> None:
+                 resume_after_s: float, checkpoint_wait_s: float, keep_rounds: bool) -> None:
         self.tenants = tenants
         self.capacity = capacity
         self.policy = policy
         self.order = _ORDERS[policy]
         self.until = until
         self.resume_after_s = resume_after_s
+        self.checkpoint_wait_s = checkpoint_wait_s
+        self.withdrawn_yields = 0
         self.keep_rounds = keep_rounds
         self.jobs = {a.job: _Job(a, tenants[a.tenant], sorted(a.failures_at_s))
                      for a in sorted(arrivals, key=lambda a: (a.arrival, a.job))}
@@ -522,6 +554,9 @@ class _Fleet:
         self.peak = 0
         self.waiting: dict[str, _Job] = {}
         self.pending: dict[str, _Job] = {}  # admitted for victims, in decision order
+        # per admitted job: GPUs its victims have released to it, and those still to come
+        self.reserved: dict[str, int] = {}
+        self.outstanding: dict[str, int] = {}
         self.running: dict[str, _Job] = {}  # holding GPUs and not leaving
         self.lost = _Lost()
         self.lost_failures = _Lost()
@@ -615,6 +650,10 @@ class _Fleet:
             if job.segment == "save":
                 job.saved = job.position
                 job.attempt_checkpointed = True
+                job.saves += 1
+                if job.yield_for is not None:
+                    self._yield_now(job)
+                    return
             self._train(job)
 
     def _train(self, job: _Job) -> None:
@@ -633,6 +672,10 @@ class _Fleet:
     def _boundary(self, job: _Job) -> None:
         failure = job.next_failure
         if job.position >= job.spec.work_s:
+            if job.yield_for is not None:  # finished first: its GPUs go as promised
+                job.yield_for = None
+                self.withdrawn_yields += 1  # the yield was not needed
+                self._give_gpus(job)
             self._release(job)
             job.status = "done"
             job.finished_at = self.now
@@ -649,6 +692,9 @@ class _Fleet:
         job.failed += 1
         self.lost_failures.unsaved += (job.position - job.saved) * job.gpus
         job.position = job.saved
+        if job.yield_for is not None:  # asked to yield: it leaves instead of restarting
+            self._yield_now(job)
+            return
         self._attempt(job, "failure")
 
     def _attempt(self, job: _Job, cause: Cause) -> None:
@@ -692,10 +738,44 @@ class _Fleet:
         raise RuntimeError(f"at {self.now}: more than {MAX_ROUNDS_PER_INSTANT} preemption "
                            "rounds in one instant")
 
+    def _pool(self) -> int:
+        """GPUs free and not released to an admitted job by its victims."""
+        return self.capacity - self.busy - sum(self.reserved.values())
+
     def _start_admitted(self) -> None:
+        """Start each admitted job whose GPUs are there: those its victims released to it,
+        and the rest from the pool (sooner than its victims, when GPUs freed up)."""
         for job in list(self.pending.values()):
-            if job.gpus <= self.capacity - self.busy:
+            if job.gpus - self.reserved.get(job.name, 0) <= self._pool():
+                self.reserved.pop(job.name, None)
                 self._start(job)
+                self._withdraw_yields(job.name)
+
+    def _withdraw_yields(self, started: str) -> None:
+        """`started` got its GPUs: the victims still yielding at a checkpoint for it need
+        not, unless `choose` has meanwhile counted their GPUs as free for another job (the
+        jobs it sees would then hold more than the fleet): those yield on, to the pool."""
+        held = sum(j.gpus for j in chain(self.running.values(), self.pending.values())
+                   if j.yield_for is None)
+        for victim in self.running.values():
+            if victim.yield_for is None or victim.yield_for.for_job != started:
+                continue
+            if held + victim.gpus > self.capacity:
+                continue
+            held += victim.gpus
+            victim.yield_for = None
+            victim.yielding_to = None
+            self.outstanding[started] -= victim.gpus
+            self.withdrawn_yields += 1
+
+    def _give_gpus(self, victim: _Job) -> None:
+        """A victim leaves: its GPUs go to the job it yields to, if that still waits."""
+        to, victim.yielding_to = victim.yielding_to, None
+        if to is None:
+            return
+        self.outstanding[to] = self.outstanding.get(to, 0) - victim.gpus
+        if to in self.pending:
+            self.reserved[to] = self.reserved.get(to, 0) + victim.gpus
 
     def _held(self) -> dict[str, int]:
         """GPUs per tenant as `choose` counts them: running (not leaving) and admitted."""
@@ -711,7 +791,9 @@ class _Fleet:
         return ready
 
     def _admit_waiting(self) -> None:
-        free = self.capacity - self.busy - sum(j.gpus for j in self.pending.values())
+        free = self._pool() - sum(
+            max(0, j.gpus - self.reserved.get(j.name, 0) - self.outstanding.get(j.name, 0))
+            for j in self.pending.values())
         if free <= 0 or not self.waiting:
             return
         held = self._held()
@@ -727,7 +809,8 @@ class _Fleet:
         """Ask `choose` and apply its decisions with preemptions; True if any was."""
         if self.order is None or not self.waiting:
             return False
-        owners = list(chain(self.running.values(), self.pending.values()))
+        owners = [j for j in chain(self.running.values(), self.pending.values())
+                  if j.yield_for is None]  # a yielding victim's GPUs are promised
         lowest = min((j.priority for j in owners), default=None)
         if lowest is None:
             return False
@@ -736,7 +819,8 @@ class _Fleet:
             return False
         state = FleetState(now=self.now, capacity_gpus=self.capacity, tenants=self.tenants,
                            waiting=tuple(self._waiting_view(j) for j in wanting),
-                           running=tuple(self._running_view(j) for j in owners))
+                           running=tuple(self._running_view(j) for j in owners),
+                           checkpoint_wait_s=self.checkpoint_wait_s)
         decisions = choose(state, order=self.order)
         if self.keep_rounds:
             self.rounds.append(Round(self.now, state, tuple(decisions)))
@@ -771,21 +855,49 @@ class _Fleet:
             job=job.name, tenant=job.spec.tenant, priority=job.priority, gpus=job.gpus,
             stage=job.stage, run_s=self.now - job.attempt_start, since_checkpoint_s=since,
             saving=job.segment == "save", preemptions_today=preempted_today,
-            restart_s=job.spec.restart, admitted_at=job.attempt_start)
+            restart_s=job.spec.restart, admitted_at=job.attempt_start,
+            next_checkpoint_in_s=self._next_checkpoint_in(job),
+            exit_save_s=job.spec.exit_save if job.saves >= 1 else None)
+
+    def _next_checkpoint_in(self, job: _Job) -> float | None:
+        """When the training job's next checkpoint commits or it finishes (what a yield at
+        checkpoint waits for), as the controller would estimate it: known once the job has
+        saved twice; failures to come are not foreseen."""
+        if job.saves < 2 or job.stage != "training":
+            return None
+        spec = job.spec
+        if job.segment == "save":
+            return job.segment_start + spec.checkpoint_save_s - self.now
+        if job.segment != "train":
+            return None
+        position = job.position_at(self.now)
+        due = job.saved + spec.checkpoint_interval_s
+        if due >= spec.work_s:
+            return spec.work_s - position
+        return due - position + spec.checkpoint_save_s
 
     # -- preemptions ----------------------------------------------------------------------
 
     def _preempt(self, job: _Job, preemption: Preemption) -> None:
+        if job.status != "pending":
+            job.yielding_to = preemption.for_job
+            self.outstanding[preemption.for_job] = (
+                self.outstanding.get(preemption.for_job, 0) + job.gpus)
+        if preemption.mode == "at_checkpoint":
+            job.yield_for, job.yield_asked_at = preemption, self.now
+            return
         stage, saving = job.stage, job.segment == "save"
         job.preempted_at.append(self.now)
         if job.status == "pending":
             del self.pending[job.name]
+            self.reserved.pop(job.name, None)
             job.status = "waiting"
             self.waiting[job.name] = job
             costs: tuple[Exit, float, float, float] = ("withdrawn", 0.0, 0.0, 0.0)
             stage, saving = "startup", False
         elif job.segment == "train" and job.stage == "training":
-            costs = self._ask_to_checkpoint(job)
+            costs = (self._leave_unsaved(job) if preemption.skip_save
+                     else self._ask_to_checkpoint(job))
         else:
             costs = self._throw_out(job)
         exit_, unsaved, wasted, save = costs
@@ -794,6 +906,34 @@ class _Fleet:
             for_job=preemption.for_job, gpus=job.gpus, stage=stage, saving=saving,
             exit=exit_, unsaved_gpu_s=unsaved, wasted_gpu_s=wasted, save_gpu_s=save,
             reason=preemption.reason))
+
+    def _yield_now(self, job: _Job) -> None:
+        """A victim asked to yield at its checkpoint leaves: the checkpoint just committed
+        (or a failure struck, whose loss is counted as the failure's)."""
+        preemption = job.yield_for
+        assert preemption is not None
+        job.yield_for = None
+        job.preempted_at.append(job.yield_asked_at)
+        self.applied.append(AppliedPreemption(
+            at=job.yield_asked_at, victim=job.name, victim_tenant=job.spec.tenant,
+            for_job=preemption.for_job, gpus=job.gpus, stage="training", saving=False,
+            exit="at_checkpoint", unsaved_gpu_s=0.0, wasted_gpu_s=0.0, save_gpu_s=0.0,
+            reason=preemption.reason))
+        self.running.pop(job.name, None)
+        self._give_gpus(job)
+        self._release(job)
+        self._wait_again(job)
+
+    def _leave_unsaved(self, job: _Job) -> tuple[Exit, float, float, float]:
+        """Its exit save cannot fit the grace: it stops and leaves at once, losing its
+        training since the last checkpoint (which the kill would throw away anyway)."""
+        self._close(job)
+        unsaved = self._lose(job)
+        del self.running[job.name]
+        self._give_gpus(job)
+        self._release(job)
+        self._wait_again(job)
+        return "left_unsaved", unsaved, 0.0, 0.0
 
     def _ask_to_checkpoint(self, job: _Job) -> tuple[Exit, float, float, float]:
         """The graceful path: stop, save (within the grace, or be killed at its end)."""
@@ -841,6 +981,7 @@ class _Fleet:
                 job.saved = job.position
             else:
                 self._lose(job)
+        self._give_gpus(job)
         self._release(job)
         self._wait_again(job)
 
@@ -873,7 +1014,7 @@ class _Fleet:
             lost_to_preemption=self.lost.frozen(), lost_to_failures=self.lost_failures.frozen(),
             held_gpu_s=sum(o.held_s * o.gpus for o in outcomes),
             new_gpu_s=sum(o.new_s * o.gpus for o in outcomes), peak_gpus=self.peak,
-            rounds=tuple(self.rounds))
+            withdrawn_yields=self.withdrawn_yields, rounds=tuple(self.rounds))
 
 
 def _outcome(job: _Job, end: float) -> JobOutcome:

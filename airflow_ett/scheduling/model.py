@@ -27,6 +27,13 @@ STAGES: Final[tuple[Stage, ...]] = ("startup", "recovery", "training", "publishi
 #: which the fleet simulation compares it with.
 VictimOrder = Literal["stage_aware", "classic"]
 
+#: How a victim yields: `now` (stop after the current step, save, leave: the tenant's
+#: grace bounds it) or `at_checkpoint` (keep training until its next periodic checkpoint
+#: is committed, then leave without saving again: nothing unsaved, no exit save, at the
+#: price of the waiting job's wait until then).
+YieldMode = Literal["now", "at_checkpoint"]
+YIELD_MODES: Final[tuple[YieldMode, ...]] = ("now", "at_checkpoint")
+
 
 @dataclass(frozen=True, slots=True)
 class TenantPolicy:
@@ -89,6 +96,10 @@ class RunningJob:
     `restart_s` what a restart is expected to cost before it trains again (scheduling,
     initialization, compilation: less with a warm compile cache); `admitted_at` when
     this attempt got its GPUs (the classic order takes the most recent first).
+    `next_checkpoint_in_s` is when its next periodic checkpoint is expected to be
+    committed, from now (None: not known, e.g. fewer than two saves seen; then it can
+    only yield `now`); `exit_save_s` how long a whole save to leave is expected to take
+    (its saves' measured total; None: not known).
     """
 
     job: str
@@ -102,6 +113,8 @@ class RunningJob:
     preemptions_today: int
     restart_s: float
     admitted_at: float
+    next_checkpoint_in_s: float | None = None
+    exit_save_s: float | None = None
 
     @property
     def unsaved_s(self) -> float:
@@ -117,13 +130,18 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True)
 class FleetState:
-    """What a decision sees: the GPUs, the tenants' policies, who waits and who runs."""
+    """What a decision sees: the GPUs, the tenants' policies, who waits and who runs.
+
+    `checkpoint_wait_s` is the longest a waiting job is made to wait for a victim's next
+    periodic checkpoint (`at_checkpoint` yields; the tenants file's `[scheduling]
+    checkpoint_wait_s`); 0: victims always yield `now`."""
 
     now: float
     capacity_gpus: int
     tenants: dict[str, TenantPolicy]
     waiting: tuple[WaitingJob, ...] = ()
     running: tuple[RunningJob, ...] = ()
+    checkpoint_wait_s: float = 0.0
 
     @property
     def free_gpus(self) -> int:
@@ -137,7 +155,11 @@ class FleetState:
 class Preemption:
     """One victim: `victim` yields its GPUs to `for_job`; `reason` says why, for a person
     ("preempted ranking_ctr_v7: tenant batch over its guarantee by 2 GPUs, checkpointed
-    40 s ago, unsaved work 40 s x 8 GPUs")."""
+    40 s ago, unsaved work 40 s x 8 GPUs"). `mode` is how it yields, `yield_in_s` when
+    its GPUs are expected to be free, from the decision (`at_checkpoint`: its next
+    checkpoint's commit; `now`: its exit save). `skip_save`: a `now` victim whose exit
+    save is known not to fit its tenant's grace leaves without saving (the kill at the end
+    of the grace would throw the save away, and hold the GPUs until then)."""
 
     victim: str
     victim_tenant: str
@@ -146,6 +168,9 @@ class Preemption:
     unsaved_gpu_s: float
     restart_gpu_s: float
     reason: str
+    mode: YieldMode = "now"
+    yield_in_s: float = 0.0
+    skip_save: bool = False
 
 
 @dataclass(frozen=True, slots=True)

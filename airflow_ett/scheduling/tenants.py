@@ -50,7 +50,9 @@ _REQUIRED: Final = {
     "quota_gpus": "a whole number >= 0: the GPUs the tenant is guaranteed",
 }
 _SCHEDULING_FIELDS: Final = ("aging_per_hour", "default_queue", "cpu_queue", "capacity_gpus",
-                              "preemption", "resume_after_s")
+                              "preemption", "resume_after_s", "checkpoint_wait_s")
+#: How long a waiting job may be made to wait for a victim's next checkpoint, by default.
+DEFAULT_CHECKPOINT_WAIT_S: Final = 1800.0
 DEFAULT_AGING_PER_HOUR: Final = 1.0
 DEFAULT_QUEUE: Final = "gpu"
 DEFAULT_CPU_QUEUE: Final = "cpu"
@@ -75,7 +77,10 @@ class TenantsConfig:
     `capacity_gpus` is how many GPUs the GPU queue's workers have in all (None: the sum of
     the quotas), what the preemption controller counts free GPUs against; `preemption`
     turns the controller's preemptions on (off: it only logs what it would do);
-    `resume_after_s` is how long a preempted job waits before it may run again.
+    `resume_after_s` is how long a preempted job waits before it may run again;
+    `checkpoint_wait_s` the longest a waiting job is made to wait for a victim's next
+    periodic checkpoint (an `at_checkpoint` yield, which loses no work); 0: victims yield
+    at once.
     """
 
     tenants: dict[str, TenantPolicy]
@@ -87,6 +92,7 @@ class TenantsConfig:
     capacity_gpus: int | None = None
     preemption: bool = False
     resume_after_s: float = 30.0
+    checkpoint_wait_s: float = DEFAULT_CHECKPOINT_WAIT_S
 
     @property
     def fleet_gpus(self) -> int:
@@ -207,6 +213,9 @@ def _scheduling(where: str, entry: object) -> dict[str, Any]:
         knobs["preemption"] = _flag(f"{here}: preemption", entry["preemption"])
     if "resume_after_s" in entry:
         knobs["resume_after_s"] = _seconds(f"{here}: resume_after_s", entry["resume_after_s"])
+    if "checkpoint_wait_s" in entry:
+        knobs["checkpoint_wait_s"] = _seconds(f"{here}: checkpoint_wait_s",
+                                              entry["checkpoint_wait_s"])
     return knobs
 
 

@@ -36,11 +36,19 @@ Rules 5-7 are what the stage-aware policy adds: the `classic` order (Kueue-like,
 fleet simulation compares ours with) knows nothing of stages, so it applies rules 1-4 only.
 The orders differ otherwise only in which eligible victims they prefer:
 
-- `stage_aware`: the least unsaved work first (`RunningJob.unsaved_gpu_s`: just
-  checkpointed), then the cheapest restart (restart_s x GPUs: a warm compile cache), then
-  the lowest priority, then the most recently admitted, then the job id;
+- `stage_aware`: the least expected loss in GPU-seconds first (`yield_plan`: the restart
+  it will pay, plus what leaving costs: nothing more when it yields at its next
+  checkpoint, its exit save when that fits its grace, else its unsaved work), then the
+  sooner it can leave, then the least unsaved work, then the lowest priority, then the most recently admitted, then the job id;
 - `classic`: tenants that borrow (held > quota when W is considered) first, then the
   lowest priority, then the most recently admitted, then the job id.
+
+How a victim yields (`Preemption.mode`). The stage-aware order asks a victim whose next
+periodic checkpoint is expected within `FleetState.checkpoint_wait_s` to keep training
+until that checkpoint commits and leave then (`at_checkpoint`): it loses no work and
+saves nothing more, and the waiting job waits `yield_in_s` for it. Any other victim, and
+every victim of the classic order (which knows no checkpoints, as Kueue), yields `now`:
+it stops, saves within its tenant's grace, and leaves.
 
 Free just enough: the eligible victims are taken greedily in that order until the free
 GPUs plus the freed ones cover W (re-checking rule 3 with the tenant's GPUs after the
@@ -71,6 +79,7 @@ from airflow_ett.scheduling.model import (
     TenantPolicy,
     VictimOrder,
     WaitingJob,
+    YieldMode,
 )
 
 #: The rules a running job can break for a waiting job (plus `taken`: already a victim of
@@ -121,6 +130,48 @@ def format_seconds(seconds: float) -> str:
 def _two_digits(value: float) -> str:
     text = f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
     return text.removesuffix(".0")
+
+
+@dataclass(frozen=True, slots=True)
+class YieldPlan:
+    """How a victim would yield, when its GPUs would be free (seconds from the decision),
+    and the GPU-seconds it is expected to lose: the restart it pays later plus what
+    leaving costs (`exit_s`: the exit save, or the grace held until a kill)."""
+
+    mode: YieldMode
+    yield_in_s: float
+    restart_s: float
+    exit_s: float
+    unsaved_s: float  # training thrown away
+    gpus: int
+    skip_save: bool = False
+
+    @property
+    def lost_gpu_s(self) -> float:
+        return (self.restart_s + self.exit_s + self.unsaved_s) * self.gpus
+
+
+def yield_plan(state: FleetState, running: RunningJob, *,
+               order: VictimOrder = "stage_aware") -> YieldPlan:
+    """How `running` would yield if taken now (see the module docstring), and its cost.
+
+    `now`: an exit save known to fit the tenant's grace costs that save; one known not to
+    fit would be cut by the kill at the end of the grace, so the victim skips it and leaves
+    at once (`skip_save`), losing its unsaved work; an unknown exit save is taken to fit
+    and to cost the grace at most, with the unsaved work as what is at risk (the order of
+    old: least unsaved first)."""
+    grace = state.tenants[running.tenant].grace_s
+    restart, gpus = running.restart_s, running.gpus
+    upcoming = running.next_checkpoint_in_s
+    if (order == "stage_aware" and upcoming is not None
+            and upcoming <= state.checkpoint_wait_s):
+        return YieldPlan("at_checkpoint", upcoming, restart, 0.0, 0.0, gpus)
+    save = running.exit_save_s
+    if save is None:
+        return YieldPlan("now", grace, restart, 0.0, running.unsaved_s, gpus)
+    if save <= grace:
+        return YieldPlan("now", save, restart, save, 0.0, gpus)
+    return YieldPlan("now", 0.0, restart, 0.0, running.unsaved_s, gpus, skip_save=True)
 
 
 def service_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
@@ -234,7 +285,7 @@ def _decide(state: FleetState, fleet: _Working, waiting: WaitingJob,
     notes = tuple(f"{r.job} was picked, then dropped: the other victims free enough"
                   for r in picked if r not in kept)
     free_before = fleet.free
-    preemptions = _commit(state, fleet, waiting, kept)
+    preemptions = _commit(state, fleet, waiting, kept, order)
     freed = sum(r.gpus for r in kept)
     names = ", ".join(r.job for r in kept)
     return Decision(waiting.job, preemptions, notes=notes, reason=(
@@ -264,8 +315,9 @@ def _candidates(state: FleetState, fleet: _Working, waiting: WaitingJob,
         else:
             broken[rule.rule] += 1
     if order == "stage_aware":
-        eligible.sort(key=lambda r: (r.unsaved_gpu_s, r.restart_s * r.gpus, r.priority,
-                                     -r.admitted_at, r.job))
+        plans = {r.job: yield_plan(state, r) for r in eligible}
+        eligible.sort(key=lambda r: (plans[r.job].lost_gpu_s, plans[r.job].yield_in_s,
+                                     r.unsaved_gpu_s, r.priority, -r.admitted_at, r.job))
     else:
         borrowing = {t: fleet.held[t] > p.quota_gpus for t, p in state.tenants.items()}
         eligible.sort(key=lambda r: (not borrowing[r.tenant], r.priority, -r.admitted_at,
@@ -306,7 +358,7 @@ def _minimise(picked: Sequence[RunningJob], lacking: int) -> list[RunningJob]:
 
 
 def _commit(state: FleetState, fleet: _Working, waiting: WaitingJob,
-            victims: Sequence[RunningJob]) -> tuple[Preemption, ...]:
+            victims: Sequence[RunningJob], order: VictimOrder) -> tuple[Preemption, ...]:
     """Apply the victims and the reservation to the round's state; each victim's reason
     is written with its tenant's GPUs just before its pick in the final set."""
     preemptions = []
@@ -315,18 +367,22 @@ def _commit(state: FleetState, fleet: _Working, waiting: WaitingJob,
         over = fleet.held[victim.tenant] - policy.quota_gpus
         fleet.held[victim.tenant] -= victim.gpus
         fleet.taken.add(victim.job)
+        plan = yield_plan(state, victim, order=order)
         preemptions.append(Preemption(
             victim=victim.job, victim_tenant=victim.tenant, for_job=waiting.job,
-            gpus=victim.gpus, unsaved_gpu_s=victim.unsaved_gpu_s,
+            gpus=victim.gpus, unsaved_gpu_s=plan.unsaved_s * victim.gpus,
             restart_gpu_s=victim.restart_s * victim.gpus,
-            reason=_preemption_reason(victim, over, waiting)))
+            reason=_preemption_reason(victim, over, waiting, plan),
+            mode=plan.mode, yield_in_s=plan.yield_in_s, skip_save=plan.skip_save))
     _reserve(fleet, waiting, freed=sum(v.gpus for v in victims))
     return tuple(preemptions)
 
 
-def _preemption_reason(victim: RunningJob, over: int, waiting: WaitingJob) -> str:
+def _preemption_reason(victim: RunningJob, over: int, waiting: WaitingJob,
+                       plan: YieldPlan) -> str:
     """"preempted ranking_ctr_v7: tenant batch over its guarantee by 2 GPUs, checkpointed
-    40 s ago, unsaved work 40 s x 8 GPUs, for ads_ranker (priority 10 over 3)"."""
+    40 s ago, unsaved work 40 s x 8 GPUs, for ads_ranker (priority 10 over 3); yields at
+    its next checkpoint, in 2.5 min (nothing unsaved)"."""
     if victim.since_checkpoint_s is None:
         saved = "no checkpoint yet in this attempt"
     else:
@@ -339,7 +395,20 @@ def _preemption_reason(victim: RunningJob, over: int, waiting: WaitingJob) -> st
     return (f"preempted {victim.job}: tenant {victim.tenant} over its guarantee by "
             f"{_gpus(over)}, {saved}, unsaved work {format_seconds(victim.unsaved_s)} x "
             f"{_gpus(victim.gpus)}{caveats}, for {waiting.job} (priority {waiting.priority} "
-            f"over {victim.priority})")
+            f"over {victim.priority}); {_how_it_yields(plan, victim)}")
+
+
+def _how_it_yields(plan: YieldPlan, victim: RunningJob) -> str:
+    if plan.mode == "at_checkpoint":
+        return (f"yields at its next checkpoint, in {format_seconds(plan.yield_in_s)} "
+                "(nothing unsaved)")
+    if victim.exit_save_s is None:
+        return "yields now (checkpoint within its grace)"
+    if plan.unsaved_s == 0:
+        return f"yields now (exit save {format_seconds(victim.exit_save_s)})"
+    return (f"yields now without saving: its exit save of "
+            f"{format_seconds(victim.exit_save_s)} does not fit the tenant's grace, so the "
+            "unsaved work is lost")
 
 
 def _waits_reason(waiting: WaitingJob, free: int, freed: int, broken: Counter[Rule]) -> str:
@@ -364,6 +433,9 @@ def validate_state(state: FleetState) -> None:
     for key, policy in state.tenants.items():
         if key != policy.name:
             raise ValueError(f"tenants[{key!r}].name: {policy.name!r} differs from its key")
+    if not state.checkpoint_wait_s >= 0:
+        raise ValueError(f"checkpoint_wait_s: {state.checkpoint_wait_s!r} is negative or not "
+                         "a number")
     jobs = Counter([r.job for r in state.running] + [w.job for w in state.waiting])
     twice = sorted(job for job, n in jobs.items() if n > 1)
     if twice:
@@ -397,7 +469,8 @@ def _check_running(running: RunningJob) -> None:
                          f"not a stage (known: {', '.join(STAGES)})")
     if math.isnan(running.admitted_at):
         raise ValueError(f"running job {running.job!r}, field 'admitted_at': nan is not a time")
-    for name in ("run_s", "since_checkpoint_s", "restart_s", "preemptions_today"):
+    for name in ("run_s", "since_checkpoint_s", "restart_s", "preemptions_today",
+                 "next_checkpoint_in_s", "exit_save_s"):
         value = getattr(running, name)
         if value is not None and not value >= 0:
             raise ValueError(f"running job {running.job!r}, field {name!r}: {value!r} is "

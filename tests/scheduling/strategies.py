@@ -78,6 +78,8 @@ def running_jobs(draw: st.DrawFn, job: str, tenants: list[str]) -> RunningJob:
         preemptions_today=draw(counts),
         restart_s=draw(st.sampled_from([20.0, 60.0, 300.0])),
         admitted_at=NOW - run_s,
+        next_checkpoint_in_s=draw(st.one_of(st.none(), durations)),
+        exit_save_s=draw(st.one_of(st.none(), st.sampled_from([5.0, 60.0, 200.0]))),
     )
 
 
@@ -118,7 +120,8 @@ def fleet_states(draw: st.DrawFn, *, max_tenants: int = 4, max_running: int = 10
         tenants = {name: _within_limit(policy, running) for name, policy in tenants.items()}
     held = sum(r.gpus for r in running)
     return FleetState(now=NOW, capacity_gpus=held + draw(st.integers(0, max_idle_gpus)),
-                      tenants=tenants, waiting=waiting, running=running)
+                      tenants=tenants, waiting=waiting, running=running,
+                      checkpoint_wait_s=draw(st.sampled_from([0.0, 600.0, 1800.0])))
 
 
 def _within_limit(policy: TenantPolicy, running: tuple[RunningJob, ...]) -> TenantPolicy:

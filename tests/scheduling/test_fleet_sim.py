@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -202,7 +203,8 @@ def test_summaries_pool_runs_of_one_policy() -> None:
     assert summary.lost_to_preemption == LostGpuSeconds(restart=120.0, save=20.0)
     assert (summary.preemptions, summary.preemptions_per_job, summary.max_preemptions) == (
         2, 0.5, 1)
-    assert summary.exits == {"checkpointed": 2, "cut_by_grace": 0, "killed": 0,
+    assert summary.exits == {"at_checkpoint": 0, "checkpointed": 2, "left_unsaved": 0,
+                             "cut_by_grace": 0, "killed": 0,
                              "withdrawn": 0}
     with pytest.raises(FleetSimError, match=r"policies .* mixed"):
         summarise([first, run([LOW], "none")], high_priority=10)
@@ -316,17 +318,24 @@ def check_every_preemption_was_decided_by_choose(result: SimulationResult) -> No
         decided += [(r.at, p.victim, p.for_job, p.reason) for d in r.decisions
                     for p in d.preemptions]
     applied = [(p.at, p.victim, p.for_job, p.reason) for p in result.preemptions]
-    assert applied == decided
+    # a yield at a checkpoint is applied when the victim leaves, unless it was withdrawn
+    # (the waiting job started first, or the victim finished)
+    yields = {(r.at, p.victim, p.for_job, p.reason) for r in result.rounds
+              for d in r.decisions for p in d.preemptions if p.mode == "at_checkpoint"}
+    assert Counter(decided) - Counter(applied) <= Counter(yields)
+    assert not Counter(applied) - Counter(decided)
+    assert sum((Counter(decided) - Counter(applied)).values()) == result.withdrawn_yields
+    assert [a for a in applied if a not in yields] == [d for d in decided if d not in yields]
 
 
 @settings(max_examples=200, deadline=None)
-@given(fleet=fleets())
+@given(fleet=fleets(), wait=st.sampled_from([0.0, 300.0, 3000.0]))
 def test_work_and_gpus_are_conserved_and_every_preemption_is_a_choice(
-        fleet: tuple[list[JobArrival], dict[str, TenantPolicy], int]) -> None:
+        fleet: tuple[list[JobArrival], dict[str, TenantPolicy], int], wait: float) -> None:
     arrivals, tenants, capacity = fleet
     for policy in POLICIES:
         result = simulate(arrivals, tenants, capacity, policy, resume_after_s=30.0,
-                          keep_rounds=True)
+                          checkpoint_wait_s=wait, keep_rounds=True)
         check_conservation(result, arrivals)
         check_every_preemption_was_decided_by_choose(result)
         if policy == "none":
@@ -335,9 +344,15 @@ def test_work_and_gpus_are_conserved_and_every_preemption_is_a_choice(
             assert all(j.waited_s == j.first_wait_s for j in result.jobs)
         if policy == "stage_aware":  # never a start, a replay or a save thrown away
             assert all(p.stage == "training" and not p.saving and p.exit in (
-                "checkpointed", "cut_by_grace") for p in result.preemptions)
+                "at_checkpoint", "checkpointed", "left_unsaved", "cut_by_grace")
+                for p in result.preemptions)
+            assert all(p.unsaved_gpu_s == 0.0 for p in result.preemptions
+                       if p.exit == "at_checkpoint")
+        else:
+            assert result.withdrawn_yields == 0
+            assert all(p.exit != "at_checkpoint" for p in result.preemptions)
         assert simulate(arrivals, tenants, capacity, policy, resume_after_s=30.0,
-                        keep_rounds=True) == result  # deterministic
+                        checkpoint_wait_s=wait, keep_rounds=True) == result  # deterministic
 
 
 @settings(max_examples=40, deadline=None)

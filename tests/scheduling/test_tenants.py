@@ -125,16 +125,21 @@ BAD_SCHEDULING = [
     ("capacity_gpus", "2.5", "2.5 is not a whole number >= 1 (the fleet's GPUs)"),
     ("preemption", '"yes"', '"yes" is not true or false'),
     ("resume_after_s", "-3", "-3 is not a number of seconds >= 0"),
+    ("checkpoint_wait_s", "-1", "-1 is not a number of seconds >= 0"),
+    ("checkpoint_wait_s", '"30m"', '"30m" is not a number of seconds >= 0'),
 ]
 
 
 def test_the_preemption_knobs(tmp_path: Path) -> None:
     plain = load_tenants(write(tmp_path / "a.toml", GOOD))
-    assert (plain.capacity_gpus, plain.preemption, plain.resume_after_s) == (None, False, 30.0)
+    assert (plain.capacity_gpus, plain.preemption, plain.resume_after_s,
+            plain.checkpoint_wait_s) == (None, False, 30.0, 1800.0)
     assert plain.fleet_gpus == sum(t.quota_gpus for t in plain.tenants.values())
-    knobs = "[scheduling]\ncapacity_gpus = 64\npreemption = true\nresume_after_s = 5\n"
+    knobs = ("[scheduling]\ncapacity_gpus = 64\npreemption = true\nresume_after_s = 5\n"
+             "checkpoint_wait_s = 0\n")
     set_ = load_tenants(write(tmp_path / "b.toml", GOOD + knobs))
-    assert (set_.fleet_gpus, set_.preemption, set_.resume_after_s) == (64, True, 5.0)
+    assert (set_.fleet_gpus, set_.preemption, set_.resume_after_s,
+            set_.checkpoint_wait_s) == (64, True, 5.0, 0.0)
 
 
 @pytest.mark.parametrize(("key", "value", "says"), BAD_SCHEDULING)
@@ -184,7 +189,7 @@ BAD_FILES = [
     (f"{GOOD}[scheduling]\naging = 2\n", "[scheduling]: aging: unknown field (did you mean "
                                          "'aging_per_hour'? known: aging_per_hour, "
                                          "default_queue, cpu_queue, capacity_gpus, preemption, "
-                                         "resume_after_s)"),
+                                         "resume_after_s, checkpoint_wait_s)"),
 ]
 
 

@@ -26,6 +26,7 @@ from airflow_ett.scheduling.victims import (
     choose,
     explain_ineligible,
     format_seconds,
+    yield_plan,
 )
 from tests.scheduling.strategies import NOW, fleet_states
 
@@ -79,7 +80,8 @@ def test_the_issues_example_and_its_reasons() -> None:
     [p] = decision.preemptions
     assert p.reason == ("preempted ranking_ctr_v7: tenant batch over its guarantee by 2 GPUs, "
                         "checkpointed 40 s ago, unsaved work 40 s x 8 GPUs, for ads_ranker "
-                        "(priority 10 over 1)")
+                        "(priority 10 over 1); yields now (checkpoint within its grace)")
+    assert (p.mode, p.yield_in_s, p.skip_save) == ("now", 120.0, False)
     assert (p.victim, p.victim_tenant, p.for_job, p.gpus) == ("ranking_ctr_v7", "batch",
                                                                "ads_ranker", 8)
     assert (p.unsaved_gpu_s, p.restart_gpu_s) == (320.0, 480.0)
@@ -94,7 +96,74 @@ def test_a_victim_never_checkpointed_loses_its_whole_run() -> None:
     [decision] = choose(state)
     assert decision.preemptions[0].reason == (
         "preempted v: tenant batch over its guarantee by 1 GPU, no checkpoint yet in this "
-        "attempt, unsaved work 1.5 h x 1 GPU, for ads_ranker (priority 10 over 1)")
+        "attempt, unsaved work 1.5 h x 1 GPU, for ads_ranker (priority 10 over 1); yields now "
+        "(checkpoint within its grace)")
+
+
+# -- how a victim yields ---------------------------------------------------------------------
+
+def test_a_victim_whose_checkpoint_is_near_yields_at_it_and_loses_nothing() -> None:
+    state = replace(fleet([running("v", next_checkpoint_in_s=300.0, exit_save_s=200.0)],
+                          [waiting()]), checkpoint_wait_s=600.0)
+    [p] = choose(state)[0].preemptions
+    assert (p.mode, p.yield_in_s, p.skip_save, p.unsaved_gpu_s) == (
+        "at_checkpoint", 300.0, False, 0.0)
+    assert p.reason.endswith("; yields at its next checkpoint, in 5 min (nothing unsaved)")
+    # the classic order knows no checkpoints: it yields now, and its save does not fit
+    [c] = choose(state, order="classic")[0].preemptions
+    assert (c.mode, c.skip_save, c.yield_in_s, c.unsaved_gpu_s) == ("now", True, 0.0, 320.0)
+    assert c.reason.endswith("; yields now without saving: its exit save of 3.3 min does not fit "
+                             "the tenant's grace, so the unsaved work is lost")
+
+
+def test_a_checkpoint_further_than_the_wait_bound_means_yield_now() -> None:
+    job = running("v", next_checkpoint_in_s=601.0, exit_save_s=60.0)
+    state = replace(fleet([job], [waiting()]), checkpoint_wait_s=600.0)
+    [p] = choose(state)[0].preemptions
+    assert (p.mode, p.yield_in_s, p.skip_save) == ("now", 60.0, False)
+    assert p.reason.endswith("; yields now (exit save 1 min)")
+    assert yield_plan(replace(state, checkpoint_wait_s=0.0), replace(
+        job, next_checkpoint_in_s=0.0)).mode == "at_checkpoint"  # due now: at the bound
+
+
+@pytest.mark.parametrize(("exit_save_s", "expected"), [
+    (None, ("now", 120.0, 0.0, 40.0)),  # unknown: taken to fit, the unsaved work at risk
+    (100.0, ("now", 100.0, 100.0, 0.0)),  # fits the grace of 120 s: costs the save
+    (121.0, ("now", 0.0, 0.0, 40.0)),  # cannot fit: leaves at once, loses the unsaved work
+])
+def test_the_cost_of_yielding_now_follows_the_exit_save_and_the_grace(
+        exit_save_s: float | None, expected: tuple[str, float, float, float]) -> None:
+    state = fleet([running("v", exit_save_s=exit_save_s)], [waiting()])
+    plan = yield_plan(state, state.running[0])
+    assert (plan.mode, plan.yield_in_s, plan.exit_s, plan.unsaved_s) == expected
+    assert plan.lost_gpu_s == (60.0 + plan.exit_s + plan.unsaved_s) * 8
+
+
+def test_stage_aware_prefers_the_least_expected_loss_then_the_soonest_to_leave() -> None:
+    batch = tenant("batch", quota_gpus=0)
+    # unsaved 40 s x 8 at risk now, or nothing lost at a checkpoint 200 s away (restarts
+    # equal): the checkpoint wins, though the other has less unsaved work
+    now_job = running("now_job", exit_save_s=None)
+    later = running("later", since_checkpoint_s=900.0, next_checkpoint_in_s=1000.0)
+    state = replace(fleet([now_job, later], [waiting()], batch=batch), checkpoint_wait_s=1800.0)
+    assert victims(choose(state)) == [["later"]]
+    # a dearer restart outweighs it: 8 x (300 - 60) > 320 at risk
+    state = replace(state, running=(now_job, replace(later, restart_s=300.0)))
+    assert victims(choose(state)) == [["now_job"]]
+    # two that lose nothing: the one leaving sooner goes, whatever its unsaved work
+    soon = replace(later, job="soon", next_checkpoint_in_s=200.0, since_checkpoint_s=1500.0)
+    state = replace(state, running=(later, soon))
+    assert victims(choose(state)) == [["soon"]]
+
+
+def test_a_bad_checkpoint_wait_or_estimate_is_refused_naming_it() -> None:
+    state = fleet([running("v")], [waiting()])
+    with pytest.raises(ValueError, match=r"checkpoint_wait_s: -1\.0 is negative"):
+        choose(replace(state, checkpoint_wait_s=-1.0))
+    for name in ("next_checkpoint_in_s", "exit_save_s"):
+        bad = replace(state, running=(running("v", **{name: float("nan")}),))
+        with pytest.raises(ValueError, match=rf"running job 'v', field '{name}': nan"):
+            choose(bad)
 
 
 # -- each rule alone makes a would-be victim ineligible --------------------------------------
@@ -431,7 +500,30 @@ def test_no_decision_breaks_a_rule_whatever_the_state(state: FleetState,
     for order in ORDERS:
         decisions = choose(state, order=order)
         replay(state, decisions, order)
+        check_yields(state, decisions, order)
         assert choose(shuffled(state, rng), order=order) == decisions  # deterministic
+
+
+def check_yields(state: FleetState, decisions: list[Decision], order: VictimOrder) -> None:
+    """Each victim yields as its state says: at its checkpoint only when the stage-aware
+    order takes it and its checkpoint is within the bound; without saving only when its
+    exit save is known not to fit the grace; nothing unsaved is lost at a checkpoint."""
+    runs = {r.job: r for r in state.running}
+    for p in (p for d in decisions for p in d.preemptions):
+        r = runs[p.victim]
+        grace = state.tenants[r.tenant].grace_s
+        near = r.next_checkpoint_in_s is not None and \
+            r.next_checkpoint_in_s <= state.checkpoint_wait_s
+        assert (p.mode == "at_checkpoint") == (order == "stage_aware" and near)
+        if p.mode == "at_checkpoint":
+            assert (p.yield_in_s, p.unsaved_gpu_s, p.skip_save) == (
+                r.next_checkpoint_in_s, 0.0, False)
+        else:
+            cut = r.exit_save_s is not None and r.exit_save_s > grace
+            assert p.skip_save == cut
+            assert p.unsaved_gpu_s == (0.0 if r.exit_save_s is not None and not cut
+                                       else r.unsaved_gpu_s)
+            assert 0.0 <= p.yield_in_s <= grace
 
 
 @settings(max_examples=200, deadline=None)
