@@ -1,11 +1,15 @@
 """`airflow-ett tenants`: check a tenants file, and make Airflow's pools say what it says.
 
 `check FILE` validates the file and prints each tenant's effective policy (defaults
-filled in) and its pool. `sync [FILE]` creates or resizes one pool per tenant,
-`ett_tenant_<name>`, with `quota_gpus + borrow_limit_gpus` slots: the most GPUs the
-tenant may hold at once. The pool is the ceiling; the guarantee below it (`quota_gpus`) is
-kept by the preemption controller, which takes borrowed GPUs back when another tenant
-waits under its quota (docs/decisions/0013-tenants-file.md).
+filled in) and its pool, the fleet-wide knobs preemption runs by, and a warning for each
+tenant whose `grace_s` is shorter than its jobs' measured checkpoint saves (read from the
+ETT store; `--no-store` checks the file alone).
+
+`sync [FILE]` creates or resizes one pool per tenant, `ett_tenant_<name>`, with
+`quota_gpus + borrow_limit_gpus` slots: the most GPUs the tenant may hold at once. The
+pool is the ceiling; the guarantee below it (`quota_gpus`) is kept by the preemption
+controller, which takes borrowed GPUs back when another tenant waits under its quota
+(docs/decisions/0013-tenants-file.md).
 
 `sync` writes through Airflow's own `Pool` model in this process, so it runs where the
 metadata database is reachable (a scheduler or API-server host, an admin shell), with that
@@ -22,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from airflow_ett.cli.common import fail
+from airflow_ett.cli.common import fail, positive_int, store_url, with_store
 
 if TYPE_CHECKING:
+
     from airflow_ett.cli.common import Subcommands
     from airflow_ett.scheduling.model import TenantPolicy
     from airflow_ett.scheduling.tenants import TenantsConfig
@@ -37,9 +42,17 @@ def add_parser(sub: Subcommands) -> None:
     check = tenants.add_parser(
         "check", help="validate a tenants file and show each tenant's effective policy",
         description="Validate a tenants file (TOML) whole and print each tenant's policy "
-                    "with the defaults filled in, and the Airflow pool of its quota. Exit "
-                    "status 1, with the error, when the file cannot be used.")
+                    "with the defaults filled in, and the Airflow pool of its quota; the "
+                    "fleet's [scheduling] knobs; and, from the ETT store, each tenant's p90 "
+                    "checkpoint save against its grace_s, with a warning where the grace "
+                    "is shorter. Exit status 1, with the error, when the file cannot be "
+                    "used; warnings, and a store that cannot be read, leave it 0.")
     check.add_argument("file", metavar="FILE", help="the tenants file (TOML)")
+    with_store(check)
+    check.add_argument("--days", type=positive_int, default=7,
+                       help="the checkpoint saves of the last DAYS days (default: 7)")
+    check.add_argument("--no-store", action="store_true",
+                       help="check the file alone: do not read the ETT store")
     check.set_defaults(func=check_command)
     sync = tenants.add_parser(
         "sync", help="create or resize one Airflow pool per tenant (never deletes one)",
@@ -97,7 +110,58 @@ def check_command(args: argparse.Namespace) -> int:
     console.line(f"scheduling: a waiting task gains {_amount(config.aging_per_hour)} priority "
                  f"point(s) per hour; GPU (train) tasks go to queue {config.default_queue!r}, "
                  f"the others to {config.cpu_queue!r}")
+    for text in scheduling_lines(config):
+        console.line(text)
+    if not args.no_store:
+        for text in _grace_lines(config, args):
+            console.line(text)
     return 0
+
+
+def scheduling_lines(config: TenantsConfig) -> list[str]:
+    """The fleet-wide knobs preemption runs by, as `check` prints them: what a tenant's
+    policy means depends on them (a quota counts against the fleet's GPUs; a grace is
+    used only when preemption is on and a victim yields at once)."""
+    quotas = sum(p.quota_gpus for p in config.tenants.values())
+    if config.capacity_gpus is None:
+        fleet = f"the quotas' sum, {quotas} (capacity_gpus not set)"
+    else:
+        fleet = f"capacity_gpus {config.capacity_gpus} (the quotas add up to {quotas})"
+    wait = _amount(config.checkpoint_wait_s)
+    if config.checkpoint_wait_s > 0:
+        waits = (f"a victim whose next periodic checkpoint commits within {wait} s yields "
+                 "right after it, one further away at once, within its tenant's grace_s")
+    else:
+        waits = "every victim yields at once, within its tenant's grace_s"
+    return [
+        f"scheduling: preemption counts free GPUs against {config.fleet_gpus} GPUs: {fleet}",
+        ("scheduling: preemption is on: the controller preempts victims" if config.preemption
+         else "scheduling: preemption is off: the controller only logs what it would do"),
+        f"scheduling: a preempted job may run again {_amount(config.resume_after_s)} s "
+        "after its preemption (resume_after_s)",
+        f"scheduling: checkpoint_wait_s {wait} s: {waits}",
+    ]
+
+
+def _grace_lines(config: TenantsConfig, args: argparse.Namespace) -> list[str]:
+    """Each tenant's grace against its jobs' measured saves; one line saying why not
+    when the store cannot be read (a check of the file must not fail for want of it)."""
+    import time
+
+    from airflow_ett.scheduling.save_times import check_grace, grace_line
+    from airflow_ett.settings import SettingsError
+    from airflow_ett.store import EttStore, StoreError
+
+    try:
+        with EttStore(store_url(args)) as store:
+            save_s = store.checkpoint_save_times(config.tenants,
+                                                 since=time.time() - args.days * 86400.0)
+    except (StoreError, SettingsError) as exc:
+        # The error names the store (its URL masked) or the setting that is wrong.
+        return ["checkpoint saves: not read, so no grace_s is checked against them: "
+                f"{' '.join(str(exc).split())}"]
+    return [grace_line(check, days=args.days, checkpoint_wait_s=config.checkpoint_wait_s)
+            for check in check_grace(config.tenants, save_s)]
 
 
 # --- sync: the plan (pure) ---------------------------------------------------------------

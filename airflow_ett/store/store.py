@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from airflow_ett.ett.events import (
+    CheckpointSaved,
     Event,
     EventError,
     JobEnded,
@@ -443,6 +444,31 @@ class EttStore:
     def job_events(self, job: str) -> list[Event]:
         """The job's stored events, in time order (ingest order among equal times)."""
         return self._read(lambda conn: self._events_of(conn, job))
+
+    def checkpoint_save_times(self, tenants: Collection[str], *,
+                              since: float) -> dict[str, list[float]]:
+        """The `total_s` of the non-final checkpoint saves committed at or after `since` by
+        the jobs of each of `tenants` (`airflow-ett tenants check` compares them with the
+        tenants' grace).
+
+        Read through the jobs table: jobs of these tenants still running or ended since
+        `since`, then their `checkpoint_saved` events, so a store of many months is not
+        scanned whole. A stored event that today's rules cannot decode is left out, as
+        every reader of the store does."""
+        query = (sa.select(jobs.c.tenant, events.c.payload)
+                 .select_from(jobs.join(events, events.c.job == jobs.c.job))
+                 .where(jobs.c.tenant.in_(list(tenants)),
+                        sa.or_(jobs.c.ended_ts.is_(None), jobs.c.ended_ts >= since),
+                        events.c.type == "checkpoint_saved", events.c.ts >= since))
+        out: dict[str, list[float]] = {}
+        for tenant, payload in self._read(lambda conn: conn.execute(query).all()):
+            try:
+                event = decode_stored(payload)
+            except EventError:
+                continue
+            if isinstance(event, CheckpointSaved) and not event.final:
+                out.setdefault(tenant, []).append(event.total_s)
+        return out
 
     # -- summaries -----------------------------------------------------------------
 

@@ -8,10 +8,13 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
+import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +22,9 @@ import airflow_ett.cli as cli
 from airflow_ett.cli.tenants import PoolRow, plan_pools, pool_description
 from airflow_ett.embedded import venv_script
 from airflow_ett.scheduling.tenants import load_tenants
+
+if TYPE_CHECKING:
+    from airflow_ett.ett.events import Event
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = Path(str(resources.files("airflow_ett.scheduling") / "tenants.example.toml"))
@@ -47,13 +53,13 @@ def toml(tenants: dict[str, tuple[int, int]]) -> str:
 
 
 def test_check_prints_the_effective_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main_with_tenants(["tenants", "check", str(EXAMPLE)]) == 0
+    assert main_with_tenants(["tenants", "check", str(EXAMPLE), "--no-store"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     lines = captured.out.splitlines()
     digest = load_tenants(EXAMPLE).digest
     assert lines[0] == f"tenants file {EXAMPLE}: valid, 4 tenant(s) (sha256 {digest[:12]})"
-    rows = cells("\n".join(lines[1:-1]))
+    rows = cells("\n".join(lines[1:-5]))
     assert rows[0] == ["tenant", "priority", "quota_gpus", "borrow_limit_gpus", "pool slots",
                        "preemptible", "min_run_s", "grace_s", "max_preemptions_per_day",
                        "pool"]
@@ -68,8 +74,36 @@ def test_check_prints_the_effective_policy(capsys: pytest.CaptureFixture[str]) -
          "ett_tenant_ml-platform-ci"],
         ["total", "64", "56", "120"],
     ]
-    assert lines[-1] == ("scheduling: a waiting task gains 1 priority point(s) per hour; GPU "
-                         "(train) tasks go to queue 'gpu', the others to 'cpu'")
+    # The fleet-wide knobs preemption runs by; --no-store: nothing about checkpoint saves.
+    assert lines[-5:] == [
+        "scheduling: a waiting task gains 1 priority point(s) per hour; GPU (train) tasks go "
+        "to queue 'gpu', the others to 'cpu'",
+        "scheduling: preemption counts free GPUs against 64 GPUs: capacity_gpus 64 (the "
+        "quotas add up to 64)",
+        "scheduling: preemption is off: the controller only logs what it would do",
+        "scheduling: a preempted job may run again 30 s after its preemption (resume_after_s)",
+        "scheduling: checkpoint_wait_s 1800 s: a victim whose next periodic checkpoint commits "
+        "within 1800 s yields right after it, one further away at once, within its tenant's "
+        "grace_s",
+    ]
+
+
+def test_check_prints_the_scheduling_knobs_the_file_sets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(toml({"ads": (6, 2), "batch": (4, 0)})
+                 + "[scheduling]\npreemption = true\nresume_after_s = 90.5\n"
+                 "checkpoint_wait_s = 0\n")
+    assert main_with_tenants(["tenants", "check", str(f), "--no-store"]) == 0
+    assert capsys.readouterr().out.splitlines()[-4:] == [
+        "scheduling: preemption counts free GPUs against 10 GPUs: the quotas' sum, 10 "
+        "(capacity_gpus not set)",
+        "scheduling: preemption is on: the controller preempts victims",
+        "scheduling: a preempted job may run again 90.5 s after its preemption "
+        "(resume_after_s)",
+        "scheduling: checkpoint_wait_s 0 s: every victim yields at once, within its tenant's "
+        "grace_s",
+    ]
 
 
 def test_check_a_bad_file_is_one_line_on_stderr_and_exit_1(
@@ -83,6 +117,182 @@ def test_check_a_bad_file_is_one_line_on_stderr_and_exit_1(
                             "quota_gpus: -1 is not a whole number >= 0\n")
     assert main_with_tenants(["tenants", "check", str(tmp_path / "none.toml")]) == 1
     assert capsys.readouterr().err.endswith("none.toml: not found\n")
+
+
+# --- check against the ETT store: grace_s and the measured checkpoint saves ---------------
+
+DAY = 86400.0
+GRACE_FILE = """\
+[tenants.ads]
+priority = 100
+quota_gpus = 8
+grace_s = 30
+
+[tenants.batch]
+priority = 10
+quota_gpus = 4
+
+[tenants.eval]
+priority = 10
+quota_gpus = 2
+grace_s = 60
+
+[tenants.infer]
+priority = 50
+quota_gpus = 2
+preemptible = false
+grace_s = 10
+"""
+
+
+def saves(job: str, tenant: str | None, totals: Sequence[float], *, at: float,
+          final_s: float | None = None) -> list[Event]:
+    """A job of `tenant` (None: its job_submitted never arrived) that committed a periodic
+    checkpoint save of each of `totals` seconds, one a minute up to `at`, then a final
+    save of `final_s`."""
+    from airflow_ett.ett.events import CheckpointSaved, JobSubmitted
+
+    first = at - 60.0 * len(totals)
+    out: list[Event] = []
+    if tenant is not None:
+        out.append(JobSubmitted(id=f"{job}/submit", job=job, ts=first - 600, tenant=tenant))
+    for i, total in enumerate(totals):
+        ts = first + 60.0 * (i + 1)
+        out.append(CheckpointSaved(id=f"{job}/ckpt{i}", job=job, ts=ts, attempt="a1",
+                                   start_ts=ts - total, step=i, cursor=i, blocking_s=0.5,
+                                   total_s=total))
+    if final_s is not None:
+        out.append(CheckpointSaved(id=f"{job}/final", job=job, ts=at + 60 + final_s,
+                                   attempt="a1", start_ts=at + 60, step=len(totals),
+                                   cursor=len(totals), blocking_s=final_s, total_s=final_s,
+                                   final=True))
+    return out
+
+
+@pytest.fixture
+def measured_store(tmp_path: Path) -> str:
+    """A real SQLite ETT store holding the checkpoint saves of a few tenants' jobs."""
+    from airflow_ett.store import EttStore, upgrade
+
+    url = f"sqlite:///{tmp_path / 'ett.db'}"
+    upgrade(url)
+    now = time.time()
+    with EttStore(url) as store:
+        store.insert_events([
+            # ads, two jobs: p90 of 10, 20, ..., 100 is 91 s, past its 30 s grace. Their
+            # final saves (shutdown, never a preemption) do not count.
+            *saves("ads-1", "ads", [10.0, 30.0, 50.0, 70.0, 90.0], at=now - DAY,
+                   final_s=4000.0),
+            *saves("ads-2", "ads", [20.0, 40.0, 60.0, 80.0, 100.0], at=now - 3600.0,
+                   final_s=4000.0),
+            # ... and one job of 8 days ago, out of the default 7-day window.
+            *saves("ads-old", "ads", [5000.0, 5000.0], at=now - 8 * DAY),
+            # batch (default grace 120 s): p90 of 50, 60 is 59 s.
+            *saves("batch-1", "batch", [50.0, 60.0], at=now - 7200.0),
+            # infer: long saves, but it is never preempted.
+            *saves("infer-1", "infer", [500.0], at=now - 7200.0),
+            # a tenant the file does not name, and a job whose tenant is not known
+            *saves("other-1", "other", [9999.0], at=now - 7200.0),
+            *saves("lost-1", None, [9999.0], at=now - 7200.0),
+        ])
+    return url
+
+
+def grace_lines(out: str) -> list[str]:
+    """What `check` says after the "scheduling:" lines: the checkpoint saves."""
+    lines = out.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("scheduling: "))
+    return lines[last + 1:]
+
+
+def test_check_warns_of_a_grace_shorter_than_the_measured_saves(
+        measured_store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(GRACE_FILE)
+    assert main_with_tenants(["tenants", "check", str(f), "--store-url", measured_store]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert grace_lines(captured.out) == [
+        "warning: tenant ads: grace_s 30 s is shorter than its jobs' p90 checkpoint save of "
+        "91 s (10 saves, last 7 days): a job preempted at once is killed before its "
+        "checkpoint commits and loses its work since the last one; raise grace_s, or rely "
+        "on [scheduling] checkpoint_wait_s",
+        "tenant batch: grace_s 120 s covers its jobs' p90 checkpoint save of 59 s (2 saves, "
+        "last 7 days)",
+        "tenant eval: no non-final checkpoint save of its jobs in the ETT store (last 7 "
+        "days): grace_s 60 s not checked",
+        "tenant infer: its jobs' p90 checkpoint save of 500 s (1 save, last 7 days); not "
+        "preemptible, so its grace_s 10 s never applies",
+    ]
+
+    # A longer window takes the 8-day-old job's saves in: 12 saves, p90 at rank 9.9.
+    assert main_with_tenants(["tenants", "check", str(f), "--store-url", measured_store,
+                              "--days", "9"]) == 0
+    assert grace_lines(capsys.readouterr().out)[0].startswith(
+        "warning: tenant ads: grace_s 30 s is shorter than its jobs' p90 checkpoint save of "
+        "4510 s (12 saves, last 9 days)")
+
+    # A grace that holds the p90 save: no warning.
+    f.write_text(GRACE_FILE.replace("grace_s = 30", "grace_s = 91"))
+    assert main_with_tenants(["tenants", "check", str(f), "--store-url", measured_store]) == 0
+    out = capsys.readouterr().out
+    assert "warning" not in out
+    assert grace_lines(out)[0] == ("tenant ads: grace_s 91 s covers its jobs' p90 checkpoint "
+                                   "save of 91 s (10 saves, last 7 days)")
+
+
+def test_check_reads_the_store_of_the_settings(
+        measured_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(GRACE_FILE)
+    monkeypatch.setenv("AIRFLOW__ETT__STORE_URL", measured_store)
+    assert main_with_tenants(["tenants", "check", str(f)]) == 0
+    assert grace_lines(capsys.readouterr().out)[0].startswith("warning: tenant ads: ")
+
+
+def test_check_without_a_store_says_so_in_one_line_and_exits_0(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(GRACE_FILE)
+    missing = tmp_path / "no" / "ett.db"
+    assert main_with_tenants(["tenants", "check", str(f), "--store-url",
+                              f"sqlite:///{missing}"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert grace_lines(captured.out) == [
+        f"checkpoint saves: not read, so no grace_s is checked against them: ETT store "
+        f"sqlite:///{missing} does not exist (no file {missing}): run `airflow-ett db "
+        "upgrade` to create it, or check [ett] store_url / --store-url"]
+    assert not missing.parent.exists()  # a check creates no store
+
+    empty = tmp_path / "empty.db"  # a database without the store's tables
+    sqlite3.connect(empty).close()
+    assert main_with_tenants(["tenants", "check", str(f), "--store-url",
+                              f"sqlite:///{empty}"]) == 0
+    [line] = grace_lines(capsys.readouterr().out)
+    assert line.startswith("checkpoint saves: not read, so no grace_s is checked against "
+                           f"them: ETT store sqlite:///{empty}: schema missing or out of date")
+
+
+def test_check_no_store_never_opens_one(
+        measured_store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(GRACE_FILE)
+    for url in (measured_store, "nosuchdb://x"):
+        assert main_with_tenants(["tenants", "check", str(f), "--no-store",
+                                  "--store-url", url]) == 0
+        captured = capsys.readouterr()
+        assert captured.err == ""
+        assert grace_lines(captured.out) == []
+
+
+def test_check_days_must_be_a_whole_number_of_at_least_1(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main_with_tenants(["tenants", "check", str(EXAMPLE), "--days", "0"])
+    assert exit_.value.code == 2
+    assert "--days: must be a whole number >= 1, got '0'" in capsys.readouterr().err
 
 
 def test_sync_without_a_file_or_setting_says_how_to_give_one(

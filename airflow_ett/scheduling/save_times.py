@@ -1,0 +1,92 @@
+"""Does each tenant's grace cover its jobs' checkpoint saves? (`airflow-ett tenants check`)
+
+A victim asked to yield `now` stops after its current step, saves a whole checkpoint and
+leaves; its tenant's `grace_s` bounds that, and at the end of it the job is killed. A
+grace shorter than the save it must hold means the save never commits: the job loses all
+its work since its previous checkpoint, the very loss preemption is meant to bound. The
+grace is a guess written in a file; the saves are measured (`checkpoint_saved` events in
+the ETT store), so the check compares the two.
+
+The measure is the p90 of the whole save (`total_s`, not only the part that blocked the
+train loop: an exit save has nothing to overlap with) over the tenant's non-final saves
+(the final one belongs to shutdown, not to a preemption). A p90, not the mean: the grace
+must hold the slow saves too, and not the single worst one, which a bad hour of storage
+can make. Pure: the store is read by the CLI, which hands the seconds in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from airflow_ett.rollup.figures import percentile
+from airflow_ett.scheduling.model import TenantPolicy
+
+#: The percentile of a tenant's save times that its grace should cover.
+SAVE_PCT: Final = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class GraceCheck:
+    """One tenant's grace against its jobs' measured saves: `saves` non-final checkpoint
+    saves in the window, `p90_s` the p90 of their `total_s` (None: no saves)."""
+
+    tenant: str
+    grace_s: float
+    preemptible: bool
+    saves: int
+    p90_s: float | None
+
+    @property
+    def too_short(self) -> bool:
+        """The grace is shorter than the p90 save, and it applies (the tenant can be
+        preempted: a tenant that never is never uses its grace)."""
+        return self.preemptible and self.p90_s is not None and self.p90_s > self.grace_s
+
+
+def check_grace(tenants: Mapping[str, TenantPolicy],
+                save_s: Mapping[str, Sequence[float]]) -> list[GraceCheck]:
+    """Each tenant's check, in `tenants`' order; `save_s` is the `total_s` of each tenant's
+    non-final saves (a tenant missing from it has none)."""
+    checks = []
+    for name, policy in tenants.items():
+        times = save_s.get(name, ())
+        checks.append(GraceCheck(tenant=name, grace_s=policy.grace_s,
+                                 preemptible=policy.preemptible, saves=len(times),
+                                 p90_s=percentile(times, SAVE_PCT)))
+    return checks
+
+
+def seconds(value: float) -> str:
+    """A duration as a person reads it: `30`, `117.3`, `5400` (tenths at most: a p90 of
+    117.34567 s claims a precision the measure does not have)."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def grace_line(check: GraceCheck, *, days: int, checkpoint_wait_s: float) -> str:
+    """The line `tenants check` prints for one tenant: a `warning:` when its grace is too
+    short (what it costs, and the two ways out), otherwise what was compared or why
+    nothing was. `checkpoint_wait_s` is the fleet's `[scheduling]` knob: at 0 it cannot be
+    relied on, and the warning says to set it instead."""
+    window = f"last {days} day{'s' if days != 1 else ''}"
+    grace = f"grace_s {seconds(check.grace_s)} s"
+    if check.p90_s is None:
+        return (f"tenant {check.tenant}: no non-final checkpoint save of its jobs in the ETT "
+                f"store ({window}): {grace} not checked")
+    measured = (f"its jobs' p{SAVE_PCT:g} checkpoint save of {seconds(check.p90_s)} s "
+                f"({check.saves} save{'s' if check.saves != 1 else ''}, {window})")
+    if not check.preemptible:
+        return (f"tenant {check.tenant}: {measured}; not preemptible, so its {grace} never "
+                "applies")
+    if not check.too_short:
+        return f"tenant {check.tenant}: {grace} covers {measured}"
+    if checkpoint_wait_s > 0:
+        way_out = "raise grace_s, or rely on [scheduling] checkpoint_wait_s"
+    else:
+        way_out = ("raise grace_s, or set [scheduling] checkpoint_wait_s above 0 (now 0: "
+                   "every victim yields at once)")
+    return (f"warning: tenant {check.tenant}: {grace} is shorter than {measured}: a job "
+            "preempted at once is killed before its checkpoint commits and loses its work "
+            f"since the last one; {way_out}")
