@@ -39,7 +39,8 @@ The orders differ otherwise only in which eligible victims they prefer:
 - `stage_aware`: the least expected loss in GPU-seconds first (`yield_plan`: the restart
   it will pay, plus what leaving costs: nothing more when it yields at its next
   checkpoint, its exit save when that fits its grace, else its unsaved work), then the
-  sooner it can leave, then the least unsaved work, then the lowest priority, then the most recently admitted, then the job id;
+  sooner it can leave, then the least unsaved work, then the lowest priority, then the
+  most recently admitted, then the job id;
 - `classic`: tenants that borrow (held > quota when W is considered) first, then the
   lowest priority, then the most recently admitted, then the job id.
 
@@ -48,7 +49,8 @@ periodic checkpoint is expected within `FleetState.checkpoint_wait_s` to keep tr
 until that checkpoint commits and leave then (`at_checkpoint`): it loses no work and
 saves nothing more, and the waiting job waits `yield_in_s` for it. Any other victim, and
 every victim of the classic order (which knows no checkpoints, as Kueue), yields `now`:
-it stops, saves within its tenant's grace, and leaves.
+it stops, saves within its tenant's grace, and leaves; a stage-aware victim whose exit
+save is known not to fit its grace leaves without saving (`skip_save`).
 
 Free just enough: the eligible victims are taken greedily in that order until the free
 GPUs plus the freed ones cover W (re-checking rule 3 with the tenant's GPUs after the
@@ -157,7 +159,8 @@ def yield_plan(state: FleetState, running: RunningJob, *,
 
     `now`: an exit save known to fit the tenant's grace costs that save; one known not to
     fit would be cut by the kill at the end of the grace, so the victim skips it and leaves
-    at once (`skip_save`), losing its unsaved work; an unknown exit save is taken to fit
+    at once (`skip_save`), losing its unsaved work (the classic order knows no saves: its
+    victim tries, holds the grace and is killed); an unknown exit save is taken to fit
     and to cost the grace at most, with the unsaved work as what is at risk (the order of
     old: least unsaved first)."""
     grace = state.tenants[running.tenant].grace_s
@@ -171,6 +174,8 @@ def yield_plan(state: FleetState, running: RunningJob, *,
         return YieldPlan("now", grace, restart, 0.0, running.unsaved_s, gpus)
     if save <= grace:
         return YieldPlan("now", save, restart, save, 0.0, gpus)
+    if order == "classic":  # it knows no saves: the victim tries, and the kill cuts it
+        return YieldPlan("now", grace, restart, grace, running.unsaved_s, gpus)
     return YieldPlan("now", 0.0, restart, 0.0, running.unsaved_s, gpus, skip_save=True)
 
 
@@ -406,9 +411,12 @@ def _how_it_yields(plan: YieldPlan, victim: RunningJob) -> str:
         return "yields now (checkpoint within its grace)"
     if plan.unsaved_s == 0:
         return f"yields now (exit save {format_seconds(victim.exit_save_s)})"
-    return (f"yields now without saving: its exit save of "
-            f"{format_seconds(victim.exit_save_s)} does not fit the tenant's grace, so the "
-            "unsaved work is lost")
+    save = format_seconds(victim.exit_save_s)
+    if plan.skip_save:
+        return (f"yields now without saving: its exit save of {save} does not fit the "
+                "tenant's grace, so the unsaved work is lost")
+    return (f"yields now; its exit save of {save} does not fit its grace: the kill will cut "
+            "it and the unsaved work is lost")
 
 
 def _waits_reason(waiting: WaitingJob, free: int, freed: int, broken: Counter[Rule]) -> str:

@@ -111,9 +111,14 @@ def test_a_victim_whose_checkpoint_is_near_yields_at_it_and_loses_nothing() -> N
     assert p.reason.endswith("; yields at its next checkpoint, in 5 min (nothing unsaved)")
     # the classic order knows no checkpoints: it yields now, and its save does not fit
     [c] = choose(state, order="classic")[0].preemptions
-    assert (c.mode, c.skip_save, c.yield_in_s, c.unsaved_gpu_s) == ("now", True, 0.0, 320.0)
-    assert c.reason.endswith("; yields now without saving: its exit save of 3.3 min does not fit "
-                             "the tenant's grace, so the unsaved work is lost")
+    assert (c.mode, c.skip_save, c.yield_in_s, c.unsaved_gpu_s) == ("now", False, 120.0, 320.0)
+    assert c.reason.endswith("; yields now; its exit save of 3.3 min does not fit its grace: "
+                             "the kill will cut it and the unsaved work is lost")
+    # stage-aware, with no checkpoint near, skips the save it cannot finish
+    [p] = choose(replace(state, checkpoint_wait_s=0.0))[0].preemptions
+    assert (p.mode, p.skip_save, p.yield_in_s, p.unsaved_gpu_s) == ("now", True, 0.0, 320.0)
+    assert p.reason.endswith("; yields now without saving: its exit save of 3.3 min does not "
+                             "fit the tenant's grace, so the unsaved work is lost")
 
 
 def test_a_checkpoint_further_than_the_wait_bound_means_yield_now() -> None:
@@ -520,7 +525,7 @@ def check_yields(state: FleetState, decisions: list[Decision], order: VictimOrde
                 r.next_checkpoint_in_s, 0.0, False)
         else:
             cut = r.exit_save_s is not None and r.exit_save_s > grace
-            assert p.skip_save == cut
+            assert p.skip_save == (cut and order == "stage_aware")
             assert p.unsaved_gpu_s == (0.0 if r.exit_save_s is not None and not cut
                                        else r.unsaved_gpu_s)
             assert 0.0 <= p.yield_in_s <= grace
