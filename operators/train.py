@@ -13,11 +13,16 @@ sees it, the end of an attempt that was killed (a SIGKILLed process says nothing
 the moment the job releases its GPUs (`job_ended`), which is where E2E stops.
 
 Preemption on request (`airflow_ett/scheduling/request.py`): while the trainer runs, the
-task watches its job directory for the preemption controller's request. When one comes,
-it sends the trainer SIGTERM (checkpoint within the tenant's grace period, exit 75), does
-not restart it in place, and hands the GPUs back with `AirflowRescheduleException`: the
-task goes UP_FOR_RESCHEDULE, which spends no retry (Airflow keeps its try number) and is
-no failure, and runs again `resume_after_s` later, restoring the checkpoint just saved.
+task watches its job directory for the preemption controller's request. A `now` request:
+it sends the trainer SIGTERM (checkpoint within the tenant's grace period, exit 75). An
+`at_checkpoint` request: it signals nothing; the trainer leaves by itself right after its
+next periodic checkpoint commits (exit 75, no exit save); if the request's `leave_by`
+passes first, the task falls back to SIGTERM; if the request is withdrawn meanwhile (its
+file gone), the trainer goes on as if nothing had been asked, and a later request is
+watched for. Either way, once the trainer left on a request, the task does not restart it
+in place and hands the GPUs back with `AirflowRescheduleException`: the task goes
+UP_FOR_RESCHEDULE, which spends no retry (Airflow keeps its try number) and is no
+failure, and runs again `resume_after_s` later, restoring the checkpoint just saved.
 """
 
 from __future__ import annotations
@@ -48,13 +53,22 @@ REQUEST_POLL_S = 1.0
 
 
 class _RequestWatcher:
-    """Polls the job directory for a preemption request while the trainer runs; acts on
-    the first one (calls `act` once, from its own thread). A request made before this
-    execution began is stale (the controller saw an earlier one, which ended meanwhile):
-    it is put aside, not acted on."""
+    """Polls the job directory for a preemption request while the trainer runs.
 
-    def __init__(self, job_dir: Any, act: Any, poll_s: float = REQUEST_POLL_S) -> None:
+    A `now` request: `act(request, why)` once (from this thread), and the watch ends. An
+    `at_checkpoint` one: `hold(request)` (no restart in place: the trainer leaves by
+    itself at its next checkpoint), then the file is read again each poll: rewritten as
+    `now` (escalated), or past its `leave_by`, it is acted on as `now`; gone (withdrawn),
+    `release(request)` says whether the trainer still runs (True: the watch goes on, for a
+    later request; False: it left on the request, which stands). A request made before
+    this execution began is stale (the controller saw an earlier one, which ended
+    meanwhile): it is put aside, not acted on."""
+
+    def __init__(self, job_dir: Any, act: Any, hold: Any = None, release: Any = None,
+                 poll_s: float = REQUEST_POLL_S) -> None:
         self.job_dir, self._act, self._poll_s = job_dir, act, poll_s
+        self._hold = hold or (lambda request: None)
+        self._release = release or (lambda request: True)
         self.began = time.time()
         self.request: Any = None
         self._done = threading.Event()
@@ -74,14 +88,36 @@ class _RequestWatcher:
 
         while not self._done.wait(self._poll_s):
             request = read_request(self.job_dir)
-            if request is None:
+            if self.request is not None and self._settled(request):
+                return
+            if self.request is not None or request is None:
                 continue
             if request.requested_at < self.began:
                 archive_request(self.job_dir)
                 continue
             self.request = request
-            self._act(request)
-            return
+            if request.mode == "now":
+                self._act(request, "preemption request")
+                return
+            self._hold(request)
+
+    def _settled(self, request: Any) -> bool:
+        """An `at_checkpoint` request is held: follow what its file says now. True: the
+        watch is over (acted on, or the trainer left on it)."""
+        held = self.request
+        if request is None:
+            if self._release(held):
+                self.request = None  # withdrawn: watch for the next one
+                return False
+            return True
+        self.request = request
+        if request.mode == "now":
+            self._act(request, "preemption request escalated to now")
+            return True
+        if time.time() >= request.leave_by:
+            self._act(request, "no checkpoint by the request's leave_by")
+            return True
+        return False
 
 
 def first_attempt_number(launched_before: int | None, try_number: int, restarts: int) -> int:
@@ -123,11 +159,13 @@ class TorchRecTrainOperator(EttTrainerOperator):
         # Run state lives in execute (Airflow deep-copies operators; a lock cannot be).
         self._proc: subprocess.Popen[str] | None = None
         self._killed: threading.Event | None = None
+        self._on_kill = False  # on_kill came: a withdrawn request must not undo its stop
         self._grace_s = 30.0
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         ti = context["ti"]
         self._killed = killed = threading.Event()
+        self._on_kill = False
         try:
             paths, cfg = self.prepare(context)
         except JobConfigError as exc:
@@ -158,7 +196,8 @@ class TorchRecTrainOperator(EttTrainerOperator):
                 cls.status, cls.cause, exit_code=outcome.exit_code, message=cls.description,
                 detected_ts=outcome.ended, ts=outcome.ended)
 
-        with _RequestWatcher(paths.job_dir, self._yield_gpus) as watcher:
+        with _RequestWatcher(paths.job_dir, self._yield_gpus, self._yield_at_checkpoint,
+                             self._request_withdrawn) as watcher:
             result = run_attempts(
                 paths.config_file, job, max_attempts=self.restarts + 1, first_attempt=first,
                 nproc=self.nproc,
@@ -223,22 +262,46 @@ class TorchRecTrainOperator(EttTrainerOperator):
             raise TrainerConfigError(message)
         raise failure_for(cls.cause)(message, exit_code=last.exit_code)
 
-    def _yield_gpus(self, request: Any) -> None:
-        """The controller asked this job to give its GPUs to another: no restart in place
-        after this attempt; the trainer checkpoints and leaves within the grace period."""
-        self.log.warning("preemption requested: %s", request.reason)
+    def _yield_gpus(self, request: Any, why: str = "preemption request") -> None:
+        """The controller asked this job to give its GPUs to another now (or its
+        checkpoint did not come in time): no restart in place after this attempt; the
+        trainer checkpoints and leaves within the grace period."""
+        self.log.warning("preemption requested (%s): %s", why, request.reason)
         if self._killed is not None:
             self._killed.set()
-        self._terminate(request.grace_s, why="preemption request")
+        self._terminate(request.grace_s, why=why)
+
+    def _yield_at_checkpoint(self, request: Any) -> None:
+        """Asked to yield at the next checkpoint: no restart in place after this attempt,
+        and no signal: the trainer leaves by itself once that checkpoint committed."""
+        self.log.warning("preemption requested at the next checkpoint (by %s at the "
+                         "latest): %s", time.strftime("%H:%M:%S", time.gmtime(
+                             request.leave_by)), request.reason)
+        if self._killed is not None:
+            self._killed.set()
+
+    def _request_withdrawn(self, request: Any) -> bool:
+        """The controller took its `at_checkpoint` request back. True (the trainer goes on,
+        restartable in place again) while it still runs; False once it has left: it left
+        on the request, which then stands."""
+        proc = self._proc
+        if proc is not None and proc.poll() is not None:
+            return False
+        self.log.warning("preemption at checkpoint withdrawn (%s no longer waits): training "
+                         "goes on", request.for_job)
+        if self._killed is not None and not self._on_kill:
+            self._killed.clear()
+        return True
 
     def _after_request(self, context: Mapping[str, Any], request: Any, result: LaunchResult,
                        paths: JobPaths) -> None:
         """Yield (reschedule) when the trainer left preempted; a request that came as the
         trainer ended anyway is put aside, and the outcome stands."""
-        if result.attempts and result.last.exit_class.cause == "preemption":
-            self._rescheduled(context, request, paths)
-        from airflow_ett.scheduling.request import archive_request
+        from airflow_ett.scheduling.request import archive_request, take_left_mark
 
+        left = take_left_mark(paths.job_dir, request)  # torchrun hides the exit 75
+        if result.attempts and (result.last.exit_class.cause == "preemption" or left):
+            self._rescheduled(context, request, paths)
         self.log.warning("a preemption request came as the trainer ended (%s); nothing to "
                          "yield", result.last.exit_class.description if result.attempts
                          else "not started")
@@ -267,6 +330,7 @@ class TorchRecTrainOperator(EttTrainerOperator):
         trainer stops its own data workers; signalled directly, they would die mid-step.
         The tree is recorded before the signal, since ranks run in sessions of their own
         and outlive a killed torchrun as orphans, holding the GPUs."""
+        self._on_kill = True
         if self._killed is not None:
             self._killed.set()  # no in-place restart after this
         self._terminate(self._grace_s, why="on_kill")

@@ -671,6 +671,18 @@ class CheckpointManager:
         """
         return self._collect_inflight(timeout)
 
+    def broadcast(self, obj: T) -> T:
+        """Rank 0's `obj` on every rank, over the checkpoint group (as is without one): for
+        a decision around a save that every rank must take alike (whether to leave after
+        it). Collective: every rank calls it; `obj` must pickle.
+
+        With a group it first waits for the save in flight, as `save` does (re-raising its
+        failure): that save's background commit runs collectives on the same group, and
+        two threads' collectives on one group would pair up differently on each rank."""
+        if self._coord.group is not None:
+            self._collect_inflight(timeout=None)
+        return self._coord.broadcast(obj)
+
     def latest(self) -> Path | None:
         """The newest committed checkpoint (its marker present and readable).
 

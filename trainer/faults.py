@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # at run time this module imports the stdlib alone (see __mai
 
 log = logging.getLogger("airflow_ett.trainer")
 
-FaultKind = Literal["raise", "kill", "hang"]
+#: `raise`: an application error; `kill`: SIGKILL (a lost host); `hang`: no progress;
+#: `sigterm`: SIGTERM to itself, a preemption at a known step (the graceful path).
+FaultKind = Literal["raise", "kill", "hang", "sigterm"]
 FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
 
 EXIT_OK = 0
@@ -69,6 +71,8 @@ class FaultInjector:
             if self._before_kill is not None:
                 self._before_kill()
             os.kill(os.getpid(), signal.SIGKILL)
+        if fault.kind == "sigterm":  # handled now, on this thread: the loop sees it next
+            os.kill(os.getpid(), signal.SIGTERM)
         if fault.kind == "hang":
             while True:  # no progress, no exit: until someone kills us
                 time.sleep(3600)

@@ -10,6 +10,13 @@ The start-up is a small dependency graph, run in parallel when `parallel_init` i
 Without `fast_batch`, compilation waits for the first real batch (the baseline the
 source work measured); without `parallel_init`, everything runs one after the other.
 Rank 0 reports; other ranks train silently (one reporter per job, DESIGN section 1).
+
+Leaving when asked (preemption, `airflow_ett/scheduling/request.py`): SIGTERM makes the
+attempt finish its step, save (unless the current step is saved already) and exit 75
+within the grace. An `at_checkpoint` request in the job directory (`$ETT_JOB_DIR`) is
+looked for at each periodic save, one small file read by rank 0, its verdict broadcast
+so every rank leaves alike: once that save has committed the attempt exits 75 too,
+saving nothing more. Nothing is read between saves.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
 from airflow_ett.trainer.watchdog import HangWatchdog
 
 if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) load late
+    from airflow_ett.scheduling.request import PreemptRequest
     from airflow_ett.trainer.checkpoint import CheckpointManager, SaveResult
     from airflow_ett.trainer.compile_cache import CompileCache
     from airflow_ett.trainer.data import Batch, ClickLogSpec, DataPipeline
@@ -166,6 +174,10 @@ class Trainer:
     cursor: int = 0
     # per step being saved: (save start time, final save?, data cursor), until committed
     saves_in_flight: dict[int, tuple[float, bool, int]] = field(default_factory=dict)
+    # the step of the latest save begun (committed once `manager.wait` returns)
+    last_save_step: int | None = None
+    # the `at_checkpoint` request this attempt left on, after its periodic save
+    left_for: PreemptRequest | None = None
     _cache_to_save: CompileCache | None = None  # the cache missed: save after the first step
     _cache_saver: threading.Thread | None = None
 
@@ -412,6 +424,7 @@ class Trainer:
 
     def save(self, *, final: bool = False) -> SaveResult:
         self.saves_in_flight[self.step] = (time.time(), final, self.cursor)
+        self.last_save_step = self.step
         extra = {
             "step": self.step,
             "cursor": self.cursor,
@@ -424,15 +437,61 @@ class Trainer:
         return self.manager.save(self.step, {"train": self._train_state()}, extra)
 
     def _maybe_checkpoint(self, now: float, progress: Progress, beat: Callable[[], None]
-                          ) -> None:
+                          ) -> bool:
         """The periodic save, when the interval policy says it is due (never at the last
-        step: `finish` saves that one)."""
+        step: `finish` saves that one). True: leave now, this save committed, as an
+        `at_checkpoint` preemption request asked."""
         if self.step >= self.cfg.steps or not self.manager.interval.due(self.step, now):
-            return
+            return False
         progress.flush(now)
+        request = self._checkpoint_request()  # before the save: see `manager.broadcast`
         result = self.save()
         beat()
         self.manager.interval.saved(self.step, time.time(), result.blocking_s)
+        if request is None:
+            return False
+        self._leave_at_checkpoint(request)
+        beat()
+        return True
+
+    def _checkpoint_request(self) -> PreemptRequest | None:
+        """The pending `at_checkpoint` request, the same on every rank (rank 0 reads it, the
+        checkpoint group carries its verdict), looked for as a periodic save begins. One
+        made before this attempt started is not this attempt's: the train task puts it
+        aside."""
+        from airflow_ett.scheduling.request import parse_request, read_request
+
+        found: str | None = None
+        job_dir = os.environ.get("ETT_JOB_DIR")
+        if self.env.is_reporter and job_dir:
+            request = read_request(Path(job_dir))
+            if (request is not None and request.mode == "at_checkpoint"
+                    and request.requested_at >= self.process_start):
+                found = request.to_json()
+        found = self.manager.broadcast(found)
+        return parse_request(found) if found is not None else None
+
+    def _leave_at_checkpoint(self, request: PreemptRequest) -> None:
+        """Wait for the save just begun to commit (by the request's `leave_by` + grace),
+        then the attempt leaves on it; if it failed, save once more within the grace."""
+        from airflow_ett.trainer.checkpoint import CheckpointError
+
+        self.left_for = request
+        log.warning("preemption at checkpoint step %d: leaving once it is committed (%s)",
+                    self.step, request.reason)
+        deadline = request.leave_by + request.grace_s
+        try:
+            self.manager.wait(timeout=max(0.0, deadline - time.time()))
+            self._mark_left(request)
+            return
+        except CheckpointError as exc:
+            log.error("the checkpoint to leave on failed (%s): saving again", exc)
+            self.last_save_step = None  # nothing holds this step
+        except TimeoutError as exc:
+            log.error("the checkpoint to leave on is not committed by the deadline: %s", exc)
+            return
+        self._leave_preempted(time.time() + request.grace_s)
+        self._mark_left(request)  # it leaves on the request all the same
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -471,19 +530,22 @@ class Trainer:
 
     def _loop(self, batches: Iterator[Batch], progress: Progress, faults: FaultInjector,
               steps: StepLogger, beat: Callable[[], None]) -> int:
-        """Step, then: leave if preempted, maybe checkpoint, maybe log, maybe fault."""
+        """Step, then: maybe checkpoint (and leave on it, if asked), maybe log, maybe
+        fault, leave if SIGTERMed. The SIGTERM check comes last so that a step just saved
+        periodically is not saved again to leave."""
         first_step = self.step
         while self.step < self.cfg.steps:
             loss, now = self._step(next(batches), progress)
             if self.step == first_step + 1:
                 self._after_first_step()
+            beat()
+            if self._maybe_checkpoint(now, progress, beat):
+                return EXIT_PREEMPTED
+            steps.step_done(self.step, loss, now)
+            faults.after_step(self.step, now)
             if self.preemption.requested:
                 progress.flush(now)
                 return self._leave_preempted()
-            beat()
-            self._maybe_checkpoint(now, progress, beat)
-            steps.step_done(self.step, loss, now)
-            faults.after_step(self.step, now)
         progress.flush()
         return EXIT_OK
 
@@ -523,15 +585,45 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    def _leave_preempted(self) -> int:
-        deadline = (self.preemption.received_at or time.time()) + self.cfg.grace_s
+    def _mark_left(self, request: PreemptRequest) -> None:
+        """Tell the train task this attempt left on `request` (torchrun turns the ranks'
+        exit 75 into its own 1); a note that cannot be written is logged, not fatal."""
+        job_dir = os.environ.get("ETT_JOB_DIR")
+        if not (self.env.is_reporter and job_dir):
+            return
+        from airflow_ett.scheduling.request import mark_left
+
         try:
-            self.manager.wait(timeout=max(0.0, deadline - time.time()))
-            self.save()
-            self.manager.wait(timeout=max(0.0, deadline - time.time()))
+            mark_left(Path(job_dir), request, step=self.step)
+        except OSError as exc:
+            log.warning("cannot note the yield in %s: %s", job_dir, exc)
+
+    def _leave_preempted(self, deadline: float | None = None) -> int:
+        """Save the current step (unless it is saved already) by `deadline` (by default the
+        grace after SIGTERM), then leave preempted."""
+        if deadline is None:
+            deadline = (self.preemption.received_at or time.time()) + self.cfg.grace_s
+        try:
+            if self._current_step_saved(deadline):
+                log.info("preempted: step %d is checkpointed already: no exit save", self.step)
+            else:
+                self.save()
+                self.manager.wait(timeout=max(0.0, deadline - time.time()))
         except Exception as exc:
             log.error("preempted: the checkpoint did not finish within the grace period: %s", exc)
         return EXIT_PREEMPTED
+
+    def _current_step_saved(self, deadline: float) -> bool:
+        """Wait (by `deadline`) for the save in flight; True when the current step is in a
+        committed checkpoint: saving it again would only cost the grace."""
+        from airflow_ett.trainer.checkpoint import CheckpointError
+
+        try:
+            self.manager.wait(timeout=max(0.0, deadline - time.time()))
+        except CheckpointError as exc:
+            log.error("preempted: the checkpoint in flight failed (%s): saving again", exc)
+            return False
+        return self.last_save_step == self.step
 
     def finish(self) -> None:
         em = self.emitter
@@ -627,10 +719,13 @@ def _build_sharded(cfg: TrainerConfig, env: DistEnv
     return model, {"dense": dense, "sparse": CombinedOptimizer([model.fused_optimizer])}
 
 
-def _preempted_message() -> str:
+def _preempted_message(left_for: PreemptRequest | None = None) -> str:
     """The `attempt_ended` message of a preempted attempt: the controller's reason when a
     preemption request asked for it (left in `$ETT_JOB_DIR` by the preemption controller,
-    `airflow_ett/scheduling/request.py`), else what happened."""
+    `airflow_ett/scheduling/request.py`; `left_for`: the `at_checkpoint` one the attempt
+    left on), else what happened."""
+    if left_for is not None:
+        return f"left at its checkpoint on request: {left_for.reason}"[:500]
     job_dir = os.environ.get("ETT_JOB_DIR")
     if job_dir:
         from airflow_ett.scheduling.request import read_request
@@ -668,7 +763,7 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
                 "failed",
                 cause="preemption",
                 exit_code=code,
-                message=_preempted_message(),
+                message=_preempted_message(trainer.left_for),
             )
         return code
     except BaseException as exc:

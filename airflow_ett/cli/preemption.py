@@ -56,6 +56,11 @@ def _print_tick(tick: Tick) -> None:
             mark = ("asked to yield" if p.victim in tick.requested else
                     "still yielding" if p.victim in tick.pending else "not asked")
             print(f"  {p.reason} [{mark}]")
+    for label, jobs in (("yielding", tick.pending), ("request withdrawn", tick.withdrawn),
+                        ("escalated to yield now", tick.escalated),
+                        ("overdue (left to Airflow's heartbeat check)", tick.overdue)):
+        if jobs:
+            print(f"{label}: {', '.join(jobs)}")
     sys.stdout.flush()
 
 

@@ -6,10 +6,32 @@ One tick: the tenants file in force (none, or `[scheduling] preemption = false`:
 log, act on nothing); the train tasks in the tenants' pools from Airflow's metadata
 database (read-only, one query, like the scheduler's own); the running ones' live state
 from the ETT store; `scheduling.snapshot.fleet_state`, then `victims.choose`. Each victim
-gets a request in its job directory (`scheduling/request.py`), unless one is pending
-already (it is yielding); its train task does the rest (checkpoint, reschedule without a
-retry). A request still pending well past its grace is reported: the victim's worker may
-be gone, and Airflow's own heartbeat handling will end that task.
+gets a request in its job directory (`scheduling/request.py`) in the decision's mode
+(`now`, or `at_checkpoint` with a `leave_by`); its train task does the rest (checkpoint
+or leave at the next one, reschedule without a retry).
+
+The pending requests of the running train tasks are read first, and sorted by
+`snapshot.review_requests`:
+
+- a victim with a pending request is *yielding*: it is left out of the fleet the
+  decision sees, and the job it yields to, while that still waits, is shown running in
+  startup on its GPUs (no second set of victims for it, none for others against them);
+- **withdrawal**: an `at_checkpoint` request whose `for_job` no longer waits (it got GPUs
+  that freed up otherwise, or its task is gone), before its `leave_by`, is taken back
+  (`request.withdraw_request`: renamed to `preempt_request.<stamp>.withdrawn.json`, kept
+  as history) and logged; the task lets its trainer go on (`Tick.withdrawn`);
+- **escalation**: an `at_checkpoint` request still pending past its `leave_by` + grace +
+  `snapshot.OVERDUE_MARGIN_S` (its checkpoint never came, and the task's own fall back
+  to `now` at `leave_by` did not end it either) is logged and rewritten once as a `now`
+  request, with `leave_by` then (`Tick.escalated`);
+- **overdue**: a `now` request still pending past `leave_by` + grace + the margin is
+  logged and reported (`Tick.overdue`), and nothing more: the victim's worker may be
+  gone, and Airflow's own heartbeat handling ends that task (a zombie is failed and its
+  slot freed). The controller never kills a task itself: it has no reach to the workers,
+  and a second way to end tasks would race the first.
+
+With `[scheduling] preemption = false` the controller writes nothing (it says what it
+would do), escalates nothing, but still withdraws: a withdrawal only undoes a request.
 
 If the controller stops, nothing is preempted and Airflow schedules as it always does:
 the failure mode is the stock behaviour, never a lost job.
@@ -20,21 +42,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from airflow_ett.scheduling.model import Decision, FleetState
+    from airflow_ett.scheduling.request import PreemptRequest
     from airflow_ett.scheduling.snapshot import TaskState, TrainTask
     from airflow_ett.scheduling.tenants import TenantsConfig
     from airflow_ett.store import EttStore
 
 log = logging.getLogger(__name__)
-
-#: A pending request this long past its grace is reported as not acted on.
-OVERDUE_MARGIN_S = 30.0
 
 
 @dataclass
@@ -45,7 +65,9 @@ class Tick:
     decisions: list[Decision] = field(default_factory=list)
     requested: list[str] = field(default_factory=list)  # victims asked to yield now
     pending: list[str] = field(default_factory=list)  # victims still yielding
-    overdue: list[str] = field(default_factory=list)
+    overdue: list[str] = field(default_factory=list)  # `now` requests nobody acted on
+    withdrawn: list[str] = field(default_factory=list)  # requests taken back this tick
+    escalated: list[str] = field(default_factory=list)  # at_checkpoint -> now this tick
     note: str = ""
 
 
@@ -81,46 +103,97 @@ def _day_start(now: float, tz: str) -> float:
 
 
 def snapshot(tasks: Sequence[TrainTask], config: TenantsConfig, store: EttStore, *,
-             now: float, tz: str = "UTC") -> FleetState:
+             now: float, tz: str = "UTC",
+             yielding: Mapping[str, PreemptRequest] | None = None) -> FleetState:
     from airflow_ett.scheduling.live import live_state
     from airflow_ett.scheduling.snapshot import fleet_state
 
     day_start = _day_start(now, tz)
     live = {t.job: live_state(store.job_events(t.job), now=now, day_start=day_start)
-            for t in tasks if t.state == "running"}
-    return fleet_state(tasks, live, config.tenants, capacity_gpus=config.fleet_gpus, now=now)
+            for t in tasks if t.state == "running" and t.job not in (yielding or {})}
+    return fleet_state(tasks, live, config.tenants, capacity_gpus=config.fleet_gpus, now=now,
+                       checkpoint_wait_s=config.checkpoint_wait_s, yielding=yielding)
+
+
+def _job_dir(work_dir: Path, task: TrainTask) -> Path:
+    from airflow_ett.operators.job import job_paths
+
+    return job_paths(work_dir, task.dag_id, task.run_id).job_dir
+
+
+def pending_requests(tasks: Sequence[TrainTask], work_dir: Path) -> dict[str, PreemptRequest]:
+    """The pending request of each running train task that has one (victim job -> it)."""
+    from airflow_ett.scheduling.request import read_request
+
+    found: dict[str, PreemptRequest] = {}
+    for task in tasks:
+        if task.state == "running":
+            request = read_request(_job_dir(work_dir, task))
+            if request is not None:
+                found[task.job] = request
+    return found
+
+
+def settle_requests(tasks: Sequence[TrainTask], config: TenantsConfig, work_dir: Path, *,
+                    now: float) -> tuple[dict[str, PreemptRequest], Tick]:
+    """Read and sort the pending requests (`snapshot.review_requests`), withdraw and
+    escalate as it says; returns the yielding victims' requests and what was done (a
+    Tick without a state yet)."""
+    from airflow_ett.scheduling.request import withdraw_request, write_request
+    from airflow_ett.scheduling.snapshot import review_requests
+
+    review = review_requests(pending_requests(tasks, work_dir), tasks, now=now)
+    tick = Tick()
+    by_job = {t.job: t for t in tasks}
+    for victim, request in review.withdraw.items():
+        aside = withdraw_request(_job_dir(work_dir, by_job[victim]), now=now)
+        if aside is not None:
+            tick.withdrawn.append(victim)
+            log.warning("preemption of %s withdrawn: %s no longer waits for its GPUs (the "
+                        "request is kept as %s)", victim, request.for_job, aside.name)
+    for victim, request in review.escalate.items():
+        if not config.preemption:
+            log.info("would ask %s to yield now (preemption is off in the tenants file)",
+                     victim)
+            continue
+        write_request(_job_dir(work_dir, by_job[victim]), request)
+        tick.escalated.append(victim)
+        log.warning("%s did not yield at its checkpoint by %s (grace %.0f s): asked to yield "
+                    "now", victim, _clock(request.requested_at), request.grace_s)
+    for victim, request in review.overdue.items():
+        tick.overdue.append(victim)
+        log.warning("preemption of %s requested at %s has not been acted on (grace %.0f s): "
+                    "is its worker alive? Airflow's heartbeat check ends a task whose worker "
+                    "is gone", victim, _clock(request.requested_at), request.grace_s)
+    tick.pending = sorted(review.yielding)
+    return review.yielding, tick
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts))
 
 
 def act(state: FleetState, decisions: Sequence[Decision], tasks: Sequence[TrainTask],
-        config: TenantsConfig, work_dir: Path, *, now: float) -> Tick:
-    """Leave a request for every victim that has none pending."""
-    from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+        config: TenantsConfig, work_dir: Path, *, now: float, tick: Tick | None = None
+        ) -> Tick:
+    """Leave a request for every victim chosen (yielding ones are not in the state the
+    decisions saw, so none has one pending); `tick` carries what `settle_requests` did."""
+    from airflow_ett.scheduling.request import PreemptRequest, leave_by_for, write_request
 
-    tick = Tick(state=state, decisions=list(decisions))
+    tick = tick if tick is not None else Tick()
+    tick.state, tick.decisions = state, list(decisions)
     by_job = {t.job: t for t in tasks}
     for decision in decisions:
         for p in decision.preemptions:
-            task = by_job[p.victim]
-            job_dir = job_paths(work_dir, task.dag_id, task.run_id).job_dir
-            policy = config.tenants[p.victim_tenant]
-            pending = read_request(job_dir)
-            if pending is not None:
-                tick.pending.append(p.victim)
-                if now > pending.requested_at + pending.grace_s + OVERDUE_MARGIN_S:
-                    tick.overdue.append(p.victim)
-                    log.warning("preemption of %s requested at %s has not been acted on "
-                                "(grace %.0f s): is its worker alive?", p.victim,
-                                time.strftime("%H:%M:%S", time.gmtime(pending.requested_at)),
-                                pending.grace_s)
-                continue
             if not config.preemption:
                 log.info("would preempt (preemption is off in the tenants file): %s",
                          p.reason)
                 continue
-            write_request(job_dir, PreemptRequest(
+            policy = config.tenants[p.victim_tenant]
+            write_request(_job_dir(work_dir, by_job[p.victim]), PreemptRequest(
                 victim=p.victim, for_job=p.for_job, reason=p.reason, requested_at=now,
-                grace_s=policy.grace_s, resume_after_s=config.resume_after_s))
+                grace_s=policy.grace_s, resume_after_s=config.resume_after_s, mode=p.mode,
+                leave_by=leave_by_for(p.mode, now, p.yield_in_s, state.checkpoint_wait_s)))
             tick.requested.append(p.victim)
             log.warning("%s", p.reason)
     return tick
@@ -146,10 +219,13 @@ def tick_once(*, now: float | None = None, store_url: str | None = None,
         return Tick(note=f"no tenant policy in force: {state_of_file.error}")
     with create_session() as session:
         tasks = train_tasks(session, now)
+    work_dir = EttSettings.load().work_dir
+    yielding, tick = settle_requests(tasks, config, work_dir, now=now)
     with EttStore(store_url) as store:
-        fleet = snapshot(tasks, config, store, now=now, tz=RollupSettings.load().timezone)
+        fleet = snapshot(tasks, config, store, now=now, tz=RollupSettings.load().timezone,
+                         yielding=yielding)
     decisions = choose(fleet, order=order)  # type: ignore[arg-type]
-    return act(fleet, decisions, tasks, config, EttSettings.load().work_dir, now=now)
+    return act(fleet, decisions, tasks, config, work_dir, now=now, tick=tick)
 
 
 def run_forever(interval_s: float, *, stop: threading.Event, store_url: str | None = None,

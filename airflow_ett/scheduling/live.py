@@ -60,6 +60,25 @@ The rules, each read from the events alone (`live_state`):
   and replay included); else None (the caller's default stands).
 - **run_s** and **admitted_at**: the current attempt's start, and `now` minus it (at
   least 0). **last_event_at**: the latest `ts` of any of the job's events.
+- **exit_save_s**: what a whole save to leave is expected to take: the longest `total_s`
+  of the job's `EXIT_SAVE_SAMPLE` latest non-final saves (any attempt; the final one
+  belongs to shutdown). The longest, not a mean: an exit save has nothing to overlap
+  with, and an estimate too short makes a decision count on a save the grace cuts off;
+  with a handful of saves the longest is the high percentile. None before any save.
+- **next_checkpoint_in_s**: when the current attempt's next periodic checkpoint is
+  expected to be committed, from `now`: its latest non-final save's start + the typical
+  gap + the typical `total_s` - `now`, at least 0. The typical gap is the median of the
+  job's `CADENCE_SAMPLE` latest gaps between the starts of consecutive non-final saves
+  *of one attempt* (a gap across a restart is no interval); the last save of an attempt
+  that ended preempted is left out of them (it may be an exit save, which comes early).
+  The typical `total_s` is the median over the job's `CADENCE_SAMPLE` latest non-final
+  saves. So it needs a save in the current attempt (an anchor: a restored attempt's
+  first interval runs from its replay, which no event dates) and two saves of one
+  attempt, this one or an earlier one. None otherwise, and None while the attempt is
+  `saving`, in `shutdown`/`publishing`, or when the expected commit is more than a whole
+  gap overdue (the cadence broke: a paused loop, a changed interval). Every doubt gives
+  None, not a small number: a victim asked to yield at a checkpoint that does not come
+  makes the waiting job wait (the request's `leave_by` bounds it).
 
 Events are taken as given, in any order, each id once (`dedupe`, as the attribution);
 an event stamped after `now` (a trainer host whose clock runs ahead) counts: ignoring a
@@ -72,6 +91,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Final
 
 from airflow_ett.ett.attribution import dedupe
@@ -88,6 +108,11 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.ett.phases import PHASES, SHUTDOWN
 from airflow_ett.scheduling.model import RunningJob, Stage
+
+#: How many of a job's latest non-final saves `exit_save_s` is the longest of.
+EXIT_SAVE_SAMPLE: Final = 10
+#: How many of a job's latest save gaps (and save durations) the cadence is the median of.
+CADENCE_SAMPLE: Final = 5
 
 #: The phases that are a checkpoint save while they are open.
 SAVE_PHASES: Final = frozenset({"checkpoint_save_blocking", "final_checkpoint"})
@@ -115,6 +140,8 @@ class LiveState:
     restart_s: float | None
     admitted_at: float
     last_event_at: float
+    next_checkpoint_in_s: float | None = None
+    exit_save_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -187,13 +214,15 @@ def live_state(events: Sequence[Event], *, now: float, day_start: float) -> Live
     run_s = max(0.0, now - start)
     meta = min((e for e in unique if isinstance(e, JobSubmitted)), key=lambda e: (e.ts, e.id),
                default=None)
+    stage = _stage(current, new_data_at, job_shutdown)
+    saving = _saving(current, now)
     return LiveState(
         job=jobs[0],
         tenant=meta.tenant if meta is not None else "default",
         model=meta.model if meta is not None else "",
         attempt=current.id,
-        stage=_stage(current, new_data_at, job_shutdown),
-        saving=_saving(current, now),
+        stage=stage,
+        saving=saving,
         run_s=run_s,
         since_checkpoint_s=_since_checkpoint(current, now, run_s),
         preemptions_today=sum(1 for a in ordered if a.end is not None
@@ -201,6 +230,10 @@ def live_state(events: Sequence[Event], *, now: float, day_start: float) -> Live
         restart_s=_restart_s(ordered, new_data_at),
         admitted_at=start,
         last_event_at=max(e.ts for e in unique),
+        next_checkpoint_in_s=(_next_checkpoint_in(ordered, current, now)
+                              if stage in ("startup", "recovery", "training") and not saving
+                              else None),
+        exit_save_s=_exit_save_s(ordered),
     )
 
 
@@ -226,6 +259,8 @@ def running_job(state: LiveState, *, priority: int, gpus: int,
         preemptions_today=state.preemptions_today,
         restart_s=state.restart_s if state.restart_s is not None else default_restart_s,
         admitted_at=state.admitted_at,
+        next_checkpoint_in_s=state.next_checkpoint_in_s,
+        exit_save_s=state.exit_save_s,
     )
 
 
@@ -336,3 +371,46 @@ def _restart_s(ordered: Sequence[_Attempt], new_data_at: dict[str, float]) -> fl
         if a.id in new_data_at:
             return max(0.0, new_data_at[a.id] - a.start)
     return None
+
+
+def _periodic(a: _Attempt) -> list[CheckpointSaved]:
+    """An attempt's non-final saves, by start (ties by id: order never matters)."""
+    return sorted((c for c in a.checkpoints if not c.final), key=lambda c: (c.start_ts, c.id))
+
+
+def _exit_save_s(ordered: Sequence[_Attempt]) -> float | None:
+    saves = sorted((c for a in ordered for c in _periodic(a)), key=lambda c: (c.start_ts, c.id))
+    recent = saves[-EXIT_SAVE_SAMPLE:]
+    return max((max(0.0, c.total_s) for c in recent), default=None)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _next_checkpoint_in(ordered: Sequence[_Attempt], current: _Attempt,
+                        now: float) -> float | None:
+    """See the module docstring (`next_checkpoint_in_s`); `ordered` by attempt start."""
+    mine = _periodic(current)
+    if not mine:
+        return None  # no anchor: when this attempt's interval began is unknown
+    gaps: list[tuple[float, float]] = []  # (the later save's start, the gap)
+    saves: list[CheckpointSaved] = []
+    for a in ordered:
+        periodic = _periodic(a)
+        saves += periodic
+        if a is not current and a.end is not None and a.end.cause == "preemption":
+            periodic = periodic[:-1]  # maybe its exit save: not an interval
+        gaps += [(b.start_ts, b.start_ts - p.start_ts) for p, b in pairwise(periodic)
+                 if b.start_ts > p.start_ts]
+    if not gaps:
+        return None
+    gap = _median([g for _, g in sorted(gaps)[-CADENCE_SAMPLE:]])
+    recent = sorted(saves, key=lambda c: (c.start_ts, c.id))[-CADENCE_SAMPLE:]
+    total = _median([max(0.0, c.total_s) for c in recent])
+    due = mine[-1].start_ts + gap + total - now
+    if due < -gap:
+        return None  # a whole interval overdue: the cadence no longer says anything
+    return max(0.0, due)

@@ -8,12 +8,23 @@ running, it holds its slots (since it started). The ETT store says where a runni
 is in its attempt (`live.live_state`). A running job the store knows nothing of yet (its
 trainer has not reported) is taken as in startup: never a victim. A task in a pool of a
 tenant the file no longer names is left out (it holds GPUs the controller cannot weigh).
+
+Yielding victims (a pending request in their job directory, `request.py`) are seen as the
+fleet simulation sees them: their GPUs are promised to the request's `for_job`. So a
+yielding victim is left out of `running`, and its `for_job`, while it still waits, is
+shown running in startup on those GPUs (since the request): `victims.choose` neither
+picks a second set of victims for it on the next look nor takes victims for another job
+against GPUs already promised. `review_requests` sorts the pending requests first: which
+to keep, which to withdraw (an `at_checkpoint` request whose `for_job` no longer waits,
+before the victim is due to leave), which to escalate to `now` (an `at_checkpoint` one
+past `leave_by` + grace + `OVERDUE_MARGIN_S`: its checkpoint never came) and which are
+overdue (a `now` one past the same bound: the victim's worker may be gone).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from airflow_ett.scheduling.live import LiveState, running_job
@@ -24,9 +35,12 @@ from airflow_ett.scheduling.model import (
     TenantPolicy,
     WaitingJob,
 )
+from airflow_ett.scheduling.request import PreemptRequest
 
 #: What a restart is taken to cost when a job's own history does not say (seconds).
 DEFAULT_RESTART_S: Final = 300.0
+#: A pending request this long past its `leave_by` and grace is overdue (seconds).
+OVERDUE_MARGIN_S: Final = 30.0
 
 TaskState = Literal["scheduled", "queued", "running"]
 
@@ -50,8 +64,15 @@ def tenant_of_pool(pool: str) -> str | None:
 
 def fleet_state(tasks: Iterable[TrainTask], live: Mapping[str, LiveState | None],
                 tenants: Mapping[str, TenantPolicy], *, capacity_gpus: int,
-                now: float) -> FleetState:
-    """`live` maps a running task's job to its live state (None: nothing reported)."""
+                now: float, checkpoint_wait_s: float = 0.0,
+                yielding: Mapping[str, PreemptRequest] | None = None) -> FleetState:
+    """`live` maps a running task's job to its live state (None: nothing reported);
+    `yielding` a yielding victim's job to its pending request (see the module docstring)."""
+    yielding = yielding or {}
+    promised: dict[str, float] = {}  # for_job -> when its GPUs were first promised
+    for request in yielding.values():
+        promised[request.for_job] = min(request.requested_at,
+                                        promised.get(request.for_job, request.requested_at))
     waiting: list[WaitingJob] = []
     running: list[RunningJob] = []
     for task in tasks:
@@ -61,13 +82,56 @@ def fleet_state(tasks: Iterable[TrainTask], live: Mapping[str, LiveState | None]
             continue
         gpus = max(1, task.pool_slots)
         if task.state == "running":
-            running.append(_running(task, live.get(task.job), policy, gpus, now))
+            if task.job not in yielding:
+                running.append(_running(task, live.get(task.job), policy, gpus, now))
+        elif task.job in promised:
+            since = promised[task.job]
+            running.append(RunningJob(
+                job=task.job, tenant=policy.name, priority=policy.priority, gpus=gpus,
+                stage="startup", run_s=max(0.0, now - since), since_checkpoint_s=None,
+                saving=False, preemptions_today=0, restart_s=DEFAULT_RESTART_S,
+                admitted_at=since))
         else:
             waiting.append(WaitingJob(job=task.job, tenant=policy.name,
                                       priority=policy.priority, gpus=gpus,
                                       waiting_since=task.since))
     return FleetState(now=now, capacity_gpus=max(capacity_gpus, sum(r.gpus for r in running)),
-                      tenants=dict(tenants), waiting=tuple(waiting), running=tuple(running))
+                      tenants=dict(tenants), waiting=tuple(waiting), running=tuple(running),
+                      checkpoint_wait_s=checkpoint_wait_s)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReview:
+    """What to do with the pending requests (victim job -> request): `yielding` stand (an
+    escalated one as rewritten), `withdraw` are taken back, `escalate` rewritten as `now`
+    (in `yielding` too), `overdue` are `now` requests nobody acted on (in `yielding`)."""
+
+    yielding: dict[str, PreemptRequest] = field(default_factory=dict)
+    withdraw: dict[str, PreemptRequest] = field(default_factory=dict)
+    escalate: dict[str, PreemptRequest] = field(default_factory=dict)
+    overdue: dict[str, PreemptRequest] = field(default_factory=dict)
+
+
+def review_requests(pending: Mapping[str, PreemptRequest], tasks: Iterable[TrainTask], *,
+                    now: float) -> RequestReview:
+    """Sort the running victims' pending requests (see the module docstring). A withdrawal
+    comes only before `leave_by`: after it the victim's task is already making it leave
+    at once, and taking the request back would not stop that."""
+    waits = {t.job for t in tasks if t.state != "running"}
+    review = RequestReview()
+    for victim, request in sorted(pending.items()):
+        late = now > request.leave_by + request.grace_s + OVERDUE_MARGIN_S
+        if request.mode == "at_checkpoint":
+            if request.for_job not in waits and now <= request.leave_by:
+                review.withdraw[victim] = request
+                continue
+            if late:
+                request = replace(request, mode="now", leave_by=now)
+                review.escalate[victim] = request
+        elif late:
+            review.overdue[victim] = request
+        review.yielding[victim] = request
+    return review
 
 
 def _running(task: TrainTask, state: LiveState | None, policy: TenantPolicy, gpus: int,
@@ -80,7 +144,5 @@ def _running(task: TrainTask, state: LiveState | None, policy: TenantPolicy, gpu
     job = running_job(state, priority=policy.priority, gpus=gpus,
                       default_restart_s=DEFAULT_RESTART_S)
     if job.tenant != policy.name:  # the pool decides: it is what holds the slots
-        from dataclasses import replace
-
         job = replace(job, tenant=policy.name)
     return job

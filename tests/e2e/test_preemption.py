@@ -4,8 +4,9 @@ LocalExecutor with one slot: the fleet's only GPU) with the real trainer.
 A preemptible low-priority job (tenant `batch`, borrowing the GPU) trains; a
 high-priority job (tenant `ads`, whose guarantee it is) arrives and waits for the slot.
 The controller (`airflow-ett preemption run --once`, as a platform team runs it) chooses
-the low job and asks it to yield; it checkpoints and reschedules itself (no retry spent),
-the high job runs and finishes, the low job resumes from its checkpoint and finishes. Its
+the low job and, its periodic saves showing when the next one comes, asks it to yield at
+that checkpoint; it leaves right after it (no exit save) and reschedules itself (no retry
+spent), the high job runs and finishes, the low job resumes from its checkpoint and finishes. Its
 final weights are bitwise those of the same job trained without a preemption, its ETT
 shows the preemption (cause, the decision's reason) and a TTR, and the train task of
 each job ran in its tenant's pool with its slots (the cluster policy). Before that, while
@@ -30,7 +31,13 @@ import pytest
 import torch
 
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
-from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, Progress
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    CheckpointSaved,
+    JobEnded,
+    Progress,
+)
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore, upgrade
 
@@ -63,9 +70,10 @@ DAGS = f'''# two lifecycle DAGs (Airflow parses a file only if it says "airflow"
 from airflow_ett.operators import training_job
 
 OPTS = {{"compile_cache": False, "standalone_publish": False}}
-# the data pipeline takes 15 s to start: the job is in startup meanwhile
+# the data pipeline takes 15 s to start: the job is in startup meanwhile; then it saves
+# every 30 steps (about 3 s), so that its cadence is known when the controller looks
 low = training_job("pre_low", model="dlrm_tiny", steps=300, tenant="batch", retries=1,
-                   checkpoint_interval=1000, optimizations=OPTS,
+                   checkpoint_interval=30, optimizations=OPTS,
                    trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1,
                                     "data_startup_latency_s": 15.0}})
 high = training_job("pre_high", model="dlrm_tiny", steps=20, tenant="ads", retries=1,
@@ -171,10 +179,14 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
     assert not any(isinstance(e, Progress) for e in _events(url, low))  # still so
     _wait("the low job trains",
           lambda: any(isinstance(e, Progress) for e in _events(url, low)), af)
+    _wait("two periodic saves of the low job (its cadence)",
+          lambda: sum(isinstance(e, CheckpointSaved) for e in _events(url, low)) >= 2, af,
+          timeout=120.0)
     said = _wait("the controller asks the low job to yield",
                  lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
                  timeout=60.0)
     assert f"preempted {low}: tenant batch over its guarantee by 1 GPU" in said
+    assert "yields at its next checkpoint" in said, said
     assert af.wait_for_run("pre_high", high_run, timeout=420.0) == "success"
     assert af.wait_for_run("pre_low", low_run, timeout=600.0) == "success"
     return low_run, high_run
@@ -189,6 +201,14 @@ def _the_low_job_lost_nothing(url: str, low_run: str, high_run: str, tmp: Path) 
     events = _events(url, low)
     preempted = [e for e in events if isinstance(e, AttemptEnded) and e.cause == "preemption"]
     assert len(preempted) == 1 and "tenant batch over its guarantee" in str(preempted[0].message)
+    assert str(preempted[0].message).startswith("left at its checkpoint on request: ")
+    # It left right after a periodic save: every save of that attempt is a periodic one
+    # (no exit save), and it trained nothing past the last.
+    gone = preempted[0].attempt
+    saves = sorted(e.step for e in events if isinstance(e, CheckpointSaved) and e.attempt == gone)
+    assert saves == list(range(30, 30 * len(saves) + 1, 30)) and len(saves) >= 3, saves
+    assert max(e.step_end for e in events if isinstance(e, Progress)
+               and e.attempt == gone) == saves[-1]
     # The high job ran while the low one waited: it started after the low one yielded.
     high_started = min(e.ts for e in _events(url, high) if isinstance(e, AttemptStarted))
     assert high_started >= preempted[0].ts
@@ -199,6 +219,8 @@ def _the_low_job_lost_nothing(url: str, low_run: str, high_run: str, tmp: Path) 
     assert len(summary["ttr_s"]) == 1 and summary["ttr_s"][0] > 0
     # No lost samples: the final weights are those of the job trained without preemption.
     job_dir = job_paths(tmp / "home" / "ett_work", "pre_low", low_run).job_dir
+    (request,) = job_dir.glob("preempt_request.*.done.json")
+    assert json.loads(request.read_text())["mode"] == "at_checkpoint"
     got = load_final_state(load_config(job_dir / "trainer.json"))
     want = _reference_weights(job_dir, tmp)
     assert want.keys() == got.keys()

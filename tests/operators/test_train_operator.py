@@ -271,3 +271,101 @@ def test_a_request_made_before_the_task_began_is_stale_and_ignored(ett_home: Pat
     assert read_request(job_dir) is None  # put aside
     events = store_events("ett_test__stale")
     assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+
+
+def _trains(job: str, thread: Any, outcome: dict[str, Any]) -> None:
+    deadline = time.monotonic() + 120
+    while not any(isinstance(e, Progress) for e in store_events(job)):
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.5)
+
+
+def test_an_at_checkpoint_request_leaves_at_the_next_checkpoint_without_a_signal(
+        ett_home: Path) -> None:
+    """No SIGTERM: the trainer leaves right after its next periodic save committed, with
+    no exit save; the task reschedules as for a `now` request, and the resumed execution
+    restores that checkpoint and finishes."""
+    from airflow.exceptions import AirflowRescheduleException
+
+    from airflow_ett.ett.events import CheckpointSaved
+    from airflow_ett.operators.job import job_paths
+    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+
+    op = operator(restarts=1, config={"steps": 400, "step_sleep_s": 0.02,
+                                      "checkpoint_interval": 60})
+    store = DictStateStore()
+    job = "ett_test__at_ckpt"
+    thread, outcome = execute_in_thread(op, "at_ckpt", store=store)
+    thread.start()
+    _trains(job, thread, outcome)
+    job_dir = job_paths(ett_home / "ett_work", "ett_test", "at_ckpt").job_dir
+    reason = "preempted ett_test__at_ckpt: tenant batch over its guarantee by 1 GPU"
+    asked = time.time()
+    write_request(job_dir, PreemptRequest(
+        victim=job, for_job="ads__r1", reason=reason, requested_at=asked, grace_s=30.0,
+        resume_after_s=3.0, mode="at_checkpoint", leave_by=asked + 120.0))
+    thread.join(90)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), AirflowRescheduleException), outcome
+    assert read_request(job_dir) is None  # acted on once, kept aside
+    assert len(list(job_dir.glob("preempt_request.*.done.json"))) == 1
+    events = store_events(job)
+    ended = [e for e in events if isinstance(e, AttemptEnded)]
+    assert [(e.attempt, e.cause) for e in ended] == [("1.1", "preemption")]
+    assert ended[0].message == f"left at its checkpoint on request: {reason}"
+    saved = [e for e in events if isinstance(e, CheckpointSaved) and e.attempt == "1.1"]
+    assert saved and all(e.step % 60 == 0 and not e.final for e in saved)  # periodic only
+    assert saved[-1].start_ts >= asked  # it left on the first save after the request
+    assert not any(e.start_ts >= asked for e in saved[:-1])
+    result = op.execute(context("at_ckpt", try_number=1, store=store))
+    assert result["attempts"] == ["1.3"]
+    events = store_events(job)
+    assert [e.status for e in events if isinstance(e, JobEnded)] == ["success"]
+    restored = [e for e in events if isinstance(e, PhaseStarted)
+                and e.phase == "checkpoint_restore" and e.attempt == "1.3"]
+    assert restored, "the resumed attempt did not restore"
+
+
+def test_a_withdrawn_request_lets_training_go_on_and_a_late_one_falls_back_to_now(
+        ett_home: Path) -> None:
+    """No periodic save comes (interval 1000 steps): a withdrawn `at_checkpoint` request
+    changes nothing; the next one, past its `leave_by`, is acted on as `now` (SIGTERM,
+    checkpoint, reschedule)."""
+    from airflow.exceptions import AirflowRescheduleException
+
+    from airflow_ett.operators.job import job_paths
+    from airflow_ett.scheduling.request import (
+        PreemptRequest,
+        withdraw_request,
+        write_request,
+    )
+
+    op = operator(restarts=1, config={"steps": 100_000, "step_sleep_s": 0.02,
+                                      "checkpoint_interval": 1000})
+    job = "ett_test__withdraw"
+    thread, outcome = execute_in_thread(op, "withdraw", store=DictStateStore())
+    thread.start()
+    _trains(job, thread, outcome)
+    job_dir = job_paths(ett_home / "ett_work", "ett_test", "withdraw").job_dir
+
+    def ask(leave_in: float) -> None:
+        at = time.time()
+        write_request(job_dir, PreemptRequest(
+            victim=job, for_job="ads__r1", reason="make room", requested_at=at,
+            grace_s=30.0, resume_after_s=3.0, mode="at_checkpoint", leave_by=at + leave_in))
+
+    ask(600.0)
+    time.sleep(2.5)  # the task holds it
+    assert withdraw_request(job_dir) is not None
+    time.sleep(2.5)  # the task sees it gone
+    assert thread.is_alive() and not [e for e in store_events(job)
+                                      if isinstance(e, AttemptEnded)]
+    ask(3.0)  # no checkpoint will come by then
+    thread.join(90)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), AirflowRescheduleException), outcome
+    ended = [e for e in store_events(job) if isinstance(e, AttemptEnded)]
+    assert [(e.attempt, e.cause) for e in ended] == [("1.1", "preemption")]
+    assert ended[0].message == "SIGTERM on request, checkpointed and left: make room"
+    assert len(list(job_dir.glob("preempt_request.*.withdrawn.json"))) == 1
+    assert len(list(job_dir.glob("preempt_request.*.done.json"))) == 1

@@ -295,6 +295,133 @@ def test_running_job_carries_the_state_and_the_schedulers_figures() -> None:
     assert r.unsaved_gpu_s == pytest.approx(28 * 4)
 
 
+# -- the next checkpoint and the exit save ------------------------------------------------
+
+def periodic(m: Maker, attempt: str, starts: Sequence[float], total: float = 5.0,
+             blocking: float = 1.0) -> list[Event]:
+    """Periodic saves of `attempt` begun at `starts`, cursors 100, 200, ..."""
+    return [m.checkpoint(attempt, at, blocking=blocking, total=total, cursor=100 * (i + 1))
+            for i, at in enumerate(starts)]
+
+
+def trained(m: Maker, attempt: str = "1", at: float = 10) -> list[Event]:
+    return [m(JobSubmitted, 0, tenant="batch"), m(AttemptStarted, at, attempt=attempt),
+            m.progress(attempt, at, at + 5, 0, 10)]
+
+
+def test_the_next_checkpoint_is_the_last_start_plus_the_gap_and_the_save() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100, 130, 160])]
+    s = running(events, 170)
+    # saves every 30 s taking 5 s: the next begins at 190 and commits at 195
+    assert s.next_checkpoint_in_s == pytest.approx(25)
+    assert s.exit_save_s == 5
+    assert running(events, 194).next_checkpoint_in_s == pytest.approx(1)
+    assert running(events, 200).next_checkpoint_in_s == 0  # late, not yet seen: due now
+    r = running_job(s, priority=1, gpus=2, default_restart_s=0)
+    assert (r.next_checkpoint_in_s, r.exit_save_s) == (s.next_checkpoint_in_s, 5)
+
+
+def test_one_save_gives_the_exit_save_but_no_cadence() -> None:
+    m = Maker()
+    s = running([*trained(m), *periodic(m, "1", [100], total=7)], 120)
+    assert s.next_checkpoint_in_s is None and s.exit_save_s == 7
+    fresh = running(trained(m), 20)
+    assert fresh.next_checkpoint_in_s is None and fresh.exit_save_s is None
+
+
+def test_the_cadence_is_the_median_gap_so_one_odd_save_does_not_move_it() -> None:
+    m = Maker()
+    # 30-s gaps, and one save 5 s after another (an odd one); totals 2, 2, 2, 2, 20
+    events = [*trained(m), *periodic(m, "1", [100, 130, 160, 190], total=2),
+              m.checkpoint("1", 195, blocking=1, total=20, cursor=999)]
+    s = running(events, 220)
+    # gaps 30, 30, 30, 5: median 30; totals' median 2; anchor 195: due at 227
+    assert s.next_checkpoint_in_s == pytest.approx(7)
+    assert s.exit_save_s == 20  # the longest of the recent saves
+
+
+def test_an_earlier_attempts_cadence_serves_once_this_attempt_saved() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100, 130]),
+              m(AttemptEnded, 150, attempt="1", status="failed", cause="infra"),
+              m(AttemptStarted, 200, attempt="2"), m.progress("2", 210, 220, 200, 300)]
+    assert running(events, 230).next_checkpoint_in_s is None  # no anchor in attempt 2
+    events.append(m.checkpoint("2", 240, blocking=1, total=5, cursor=300))
+    assert running(events, 250).next_checkpoint_in_s == pytest.approx(240 + 30 + 5 - 250)
+
+
+def test_a_gap_across_a_restart_is_no_interval() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100]),
+              m(AttemptEnded, 150, attempt="1", status="failed", cause="infra"),
+              m(AttemptStarted, 160, attempt="2"), *periodic(m, "2", [170])]
+    assert running(events, 180).next_checkpoint_in_s is None
+
+
+def test_the_last_save_of_a_preempted_attempt_is_no_interval() -> None:
+    m = Maker()
+    # attempt 1 saved at 100 and, asked to leave, at 110 (an exit save, 10 s after)
+    events = [*trained(m), *periodic(m, "1", [100, 110]),
+              m(AttemptEnded, 120, attempt="1", status="failed", cause="preemption"),
+              m(AttemptStarted, 200, attempt="2"), *periodic(m, "2", [250])]
+    assert running(events, 260).next_checkpoint_in_s is None
+    # with a third save, the 100 -> 130 gap stands and the exit save's does not count
+    m2 = Maker()
+    events = [*trained(m2), *periodic(m2, "1", [100, 130, 135]),
+              m2(AttemptEnded, 140, attempt="1", status="failed", cause="preemption"),
+              m2(AttemptStarted, 200, attempt="2"), *periodic(m2, "2", [250])]
+    assert running(events, 260).next_checkpoint_in_s == pytest.approx(250 + 30 + 5 - 260)
+
+
+def test_no_next_checkpoint_when_overdue_by_a_gap_saving_or_shutting_down() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100, 130, 160])]
+    assert running(events, 160 + 30 + 5 + 29).next_checkpoint_in_s == 0
+    assert running(events, 160 + 30 + 5 + 31).next_checkpoint_in_s is None
+    saving = [*events, m(PhaseStarted, 180, attempt="1", phase="checkpoint_save_blocking")]
+    assert running(saving, 181).next_checkpoint_in_s is None
+    final = [*events, m(PhaseStarted, 180, attempt="1", phase="final_checkpoint")]
+    s = running(final, 181)
+    assert s.next_checkpoint_in_s is None and s.exit_save_s == 5
+
+
+def test_a_final_save_is_neither_cadence_nor_exit_save() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100]),
+              m.checkpoint("1", 130, blocking=60, total=60, cursor=500, final=True)]
+    s = live_state(events, now=T0 + 125, day_start=DAY)  # before the final save began
+    assert s is not None and s.exit_save_s == 5 and s.next_checkpoint_in_s is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(gap=st.floats(5, 600), total=st.floats(0.1, 60), saves=st.integers(2, 8),
+       jitter=st.floats(0, 1), cut=st.floats(0, 1))
+def test_a_regular_cadence_is_foreseen_to_within_its_jitter(
+        gap: float, total: float, saves: int, jitter: float, cut: float) -> None:
+    """Saves every `gap` (+- `jitter`) taking `total` (+- `jitter`): cut anywhere before
+    the next commit, the estimate is that commit to within the jitter, and never < 0."""
+    total = min(total, gap / 2)
+    rng = random.Random(f"{gap}-{total}-{saves}")
+    m = Maker()
+    events = trained(m, at=0)
+    start = 50.0
+    for i in range(saves):
+        events.append(m.checkpoint("1", start, blocking=min(1.0, total),
+                                   total=total + rng.uniform(-jitter, jitter) / 10,
+                                   cursor=100 * (i + 1)))
+        start += gap + rng.uniform(-jitter, jitter)
+    last = max(max(e.ts, e.start_ts + e.total_s) for e in events
+               if isinstance(e, CheckpointSaved)) + 1e-3  # all of them committed
+    last_start = max(e.start_ts for e in events if isinstance(e, CheckpointSaved))
+    next_commit = last_start + gap + total
+    now = last + cut * (next_commit - last) - T0
+    s = running(events, now)
+    assert s.next_checkpoint_in_s is not None and s.next_checkpoint_in_s >= 0
+    assert s.next_checkpoint_in_s == pytest.approx(max(0.0, next_commit - T0 - now),
+                                                   abs=3 * jitter + 1e-6)
+
+
 # -- not running -------------------------------------------------------------------------
 
 def test_not_running_without_a_current_attempt() -> None:
@@ -492,6 +619,13 @@ def test_any_prefix_of_a_real_stream_gives_a_sane_state(data: st.DataObject) -> 
     assert s.since_checkpoint_s is None or 0 <= s.since_checkpoint_s <= s.run_s
     assert s.restart_s is None or s.restart_s >= 0
     assert s.admitted_at <= s.last_event_at
+    assert s.exit_save_s is None or s.exit_save_s >= 0
+    assert s.next_checkpoint_in_s is None or s.next_checkpoint_in_s >= 0
+    periodic_saves = [e for e in prefix if isinstance(e, CheckpointSaved) and not e.final]
+    if len(periodic_saves) < 2:  # a cadence needs two saves of one attempt
+        assert s.next_checkpoint_in_s is None
+    if not periodic_saves:
+        assert s.exit_save_s is None
     shuffled = data.draw(st.permutations(prefix), label="the same events, shuffled")
     assert live_state([*shuffled, *prefix[:3]], now=now, day_start=day_start) == s
 

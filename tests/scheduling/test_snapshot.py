@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from airflow_ett.scheduling.live import LiveState
 from airflow_ett.scheduling.model import TenantPolicy
-from airflow_ett.scheduling.snapshot import DEFAULT_RESTART_S, TrainTask, fleet_state
+from airflow_ett.scheduling.request import PreemptRequest
+from airflow_ett.scheduling.snapshot import (
+    DEFAULT_RESTART_S,
+    OVERDUE_MARGIN_S,
+    TrainTask,
+    fleet_state,
+    review_requests,
+)
 from airflow_ett.scheduling.victims import choose
 
 NOW = 1_800_000_000.0
@@ -63,3 +70,93 @@ def test_the_pool_decides_the_tenant_and_capacity_covers_what_runs() -> None:
                         {"b1": live("b1", tenant="ads")}, TENANTS, capacity_gpus=2, now=NOW)
     assert state.running[0].tenant == "batch" and state.running[0].priority == 1
     assert state.capacity_gpus == 4  # never less than what is held
+
+
+# -- yielding victims and their requests -------------------------------------------------
+
+def request(victim: str, for_job: str, *, mode: str = "at_checkpoint", at: float = NOW - 20,
+            leave_in: float = 100.0, grace: float = 60.0) -> PreemptRequest:
+    return PreemptRequest(victim=victim, for_job=for_job, reason="r", requested_at=at,
+                          grace_s=grace, mode=mode,  # type: ignore[arg-type]
+                          leave_by=at + (leave_in if mode == "at_checkpoint" else 0.0))
+
+
+def test_a_yielding_victim_is_out_and_its_job_holds_the_gpus_promised() -> None:
+    tasks = [task("b1", "running", "ett_tenant_batch", 4),
+             task("a1", "scheduled", "ett_tenant_ads", 4, since=NOW - 30)]
+    lives = {"b1": live("b1")}
+    before = fleet_state(tasks, lives, TENANTS, capacity_gpus=4, now=NOW)
+    (decision,) = choose(before)
+    assert [p.victim for p in decision.preemptions] == ["b1"]
+    state = fleet_state(tasks, lives, TENANTS, capacity_gpus=4, now=NOW,
+                        checkpoint_wait_s=600.0, yielding={"b1": request("b1", "a1")})
+    assert state.checkpoint_wait_s == 600.0 and state.waiting == ()
+    (a1,) = state.running
+    assert (a1.job, a1.tenant, a1.priority, a1.gpus, a1.stage, a1.admitted_at) == (
+        "a1", "ads", 10, 4, "startup", NOW - 20)
+    assert a1.run_s == 20 and state.free_gpus == 0
+    assert choose(state) == []  # nobody waits: no second set of victims for a1
+
+
+def test_gpus_promised_are_not_taken_again_for_another_job() -> None:
+    """Two ads jobs wait; b1 yields to a1: a2 must not get b1's GPUs too, and b2 (the only
+    other borrower) is its victim."""
+    tasks = [task("b1", "running", "ett_tenant_batch", 2),
+             task("b2", "running", "ett_tenant_batch", 2),
+             task("a1", "scheduled", "ett_tenant_ads", 2, since=NOW - 30),
+             task("a2", "scheduled", "ett_tenant_ads", 2, since=NOW - 10)]
+    lives = {"b1": live("b1"), "b2": live("b2")}
+    state = fleet_state(tasks, lives, TENANTS, capacity_gpus=4, now=NOW,
+                        yielding={"b1": request("b1", "a1")})
+    assert [w.job for w in state.waiting] == ["a2"]
+    assert sorted(r.job for r in state.running) == ["a1", "b2"]
+    (decision,) = choose(state)
+    assert decision.for_job == "a2" and [p.victim for p in decision.preemptions] == ["b2"]
+
+
+def test_the_next_checkpoint_reaches_the_decision_through_the_snapshot() -> None:
+    from dataclasses import replace
+
+    tasks = [task("b1", "running", "ett_tenant_batch", 4),
+             task("a1", "scheduled", "ett_tenant_ads", 4)]
+    soon = replace(live("b1"), next_checkpoint_in_s=45.0, exit_save_s=20.0)
+    state = fleet_state(tasks, {"b1": soon}, TENANTS, capacity_gpus=4, now=NOW,
+                        checkpoint_wait_s=600.0)
+    assert (state.running[0].next_checkpoint_in_s, state.running[0].exit_save_s) == (45, 20)
+    (p,) = choose(state)[0].preemptions
+    assert (p.mode, p.yield_in_s) == ("at_checkpoint", 45.0)
+
+
+def test_review_withdraws_an_at_checkpoint_request_whose_job_no_longer_waits() -> None:
+    waiting = [task("a1", "scheduled", "ett_tenant_ads"), task("b1", "running", "x"),
+               task("b2", "running", "x"), task("b3", "running", "x"),
+               task("a3", "running", "ett_tenant_ads")]
+    pending = {"b1": request("b1", "a1"),  # a1 waits: kept
+               "b2": request("b2", "gone"),  # its job's task is gone: withdrawn
+               "b3": request("b3", "a3"),  # a3 got GPUs otherwise: withdrawn
+               "b4": request("b4", "gone", mode="now")}  # a `now` one is never withdrawn
+    review = review_requests(pending, waiting, now=NOW)
+    assert sorted(review.yielding) == ["b1", "b4"]
+    assert sorted(review.withdraw) == ["b2", "b3"]
+    assert review.escalate == {} and review.overdue == {}
+    # past its leave_by the task is already making it leave: kept, not withdrawn
+    late = review_requests({"b2": request("b2", "gone", leave_in=10.0)}, waiting, now=NOW)
+    assert list(late.yielding) == ["b2"] and late.withdraw == {}
+
+
+def test_review_escalates_a_checkpoint_that_never_came_and_reports_a_late_now() -> None:
+    tasks = [task("a1", "scheduled", "ett_tenant_ads")]
+    at = NOW - 1000
+    checkpoint = request("b1", "a1", at=at, leave_in=100.0, grace=60.0)
+    due = at + 100 + 60 + OVERDUE_MARGIN_S
+    assert review_requests({"b1": checkpoint}, tasks, now=due).escalate == {}
+    review = review_requests({"b1": checkpoint}, tasks, now=due + 1)
+    escalated = review.escalate["b1"]
+    assert (escalated.mode, escalated.leave_by, escalated.requested_at) == ("now", due + 1, at)
+    assert review.yielding == {"b1": escalated} and review.overdue == {}
+    # the escalated request, still pending a grace and a margin later, is overdue
+    assert review_requests({"b1": escalated}, tasks, now=due + 1 + 60 + OVERDUE_MARGIN_S
+                           ).overdue == {}
+    later = review_requests({"b1": escalated}, tasks, now=due + 2 + 60 + OVERDUE_MARGIN_S)
+    assert later.overdue == {"b1": escalated} and later.yielding == {"b1": escalated}
+    assert later.escalate == {}  # escalated once only

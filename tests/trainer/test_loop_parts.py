@@ -111,7 +111,7 @@ def test_progress_is_flushed_just_before_a_fault_of_this_attempt_only() -> None:
 
 
 def test_fault_kinds_are_the_literal_type() -> None:
-    assert FAULT_KINDS == get_args(FaultKind) == ("raise", "kill", "hang")
+    assert FAULT_KINDS == get_args(FaultKind) == ("raise", "kill", "hang", "sigterm")
 
 
 def test_the_exit_codes_module_imports_the_stdlib_alone() -> None:
