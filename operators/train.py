@@ -14,14 +14,17 @@ the moment the job releases its GPUs (`job_ended`), which is where E2E stops.
 
 Preemption on request (`airflow_ett/scheduling/request.py`): while the trainer runs, the
 task watches its job directory for the preemption controller's request. A `now` request:
-it sends the trainer SIGTERM (checkpoint within the tenant's grace period, exit 75). An
-`at_checkpoint` request: it signals nothing; the trainer leaves by itself right after its
-next periodic checkpoint commits (exit 75, no exit save); if the request's `leave_by`
-passes first, the task falls back to SIGTERM; if the request is withdrawn meanwhile (its
-file gone), the trainer goes on as if nothing had been asked, and a later request is
-watched for. Either way, once the trainer left on a request, the task does not restart it
-in place and hands the GPUs back with `AirflowRescheduleException`: the task goes
-UP_FOR_RESCHEDULE, which spends no retry (Airflow keeps its try number) and is no
+it sends the trainer SIGTERM (checkpoint within the tenant's grace period, or, with
+`skip_save`, no save at all; exit 75). An `at_checkpoint` request: it signals nothing;
+the trainer claims it at its next periodic save (renamed to
+`preempt_request.claimed.json`) and leaves right after that save commits (exit 75, no
+exit save); if the request's `leave_by` passes first, the task falls back to SIGTERM. If
+the request is withdrawn (its file gone, and not claimed: one rename wins), the trainer
+goes on as if nothing had been asked, restartable in place again, and a later request is
+watched for. Either way, once the trainer left on a request (exit 75, or the claimed file
+naming the request: under torchrun the exit code says nothing), the task does not
+restart it in place and hands the GPUs back with `AirflowRescheduleException`: the task
+goes UP_FOR_RESCHEDULE, which spends no retry (Airflow keeps its try number) and is no
 failure, and runs again `resume_after_s` later, restoring the checkpoint just saved.
 """
 
@@ -56,19 +59,21 @@ class _RequestWatcher:
     """Polls the job directory for a preemption request while the trainer runs.
 
     A `now` request: `act(request, why)` once (from this thread), and the watch ends. An
-    `at_checkpoint` one: `hold(request)` (no restart in place: the trainer leaves by
-    itself at its next checkpoint), then the file is read again each poll: rewritten as
-    `now` (escalated), or past its `leave_by`, it is acted on as `now`; gone (withdrawn),
-    `release(request)` says whether the trainer still runs (True: the watch goes on, for a
-    later request; False: it left on the request, which stands). A request made before
+    `at_checkpoint` one (pending, or already claimed by the trainer, which may take it
+    before a look here saw it): `hold(request)` (no restart in place: the trainer leaves
+    by itself at its next checkpoint), then the file is read again each poll: rewritten
+    as `now` (escalated), or past its `leave_by`, it is acted on as `now`; gone and
+    claimed, the trainer is leaving on it: it stands; gone and not claimed (withdrawn),
+    `release(request)` and the watch goes on, for a later request. A request made before
     this execution began is stale (the controller saw an earlier one, which ended
-    meanwhile): it is put aside, not acted on."""
+    meanwhile): it is put aside, not acted on; so is a claimed one an earlier execution
+    left (its task ended before archiving it)."""
 
     def __init__(self, job_dir: Any, act: Any, hold: Any = None, release: Any = None,
                  poll_s: float = REQUEST_POLL_S) -> None:
         self.job_dir, self._act, self._poll_s = job_dir, act, poll_s
         self._hold = hold or (lambda request: None)
-        self._release = release or (lambda request: True)
+        self._release = release or (lambda request: None)
         self.began = time.time()
         self.request: Any = None
         self._done = threading.Event()
@@ -76,6 +81,9 @@ class _RequestWatcher:
                                         daemon=True)
 
     def __enter__(self) -> _RequestWatcher:
+        from airflow_ett.scheduling.request import archive_claimed
+
+        archive_claimed(self.job_dir)  # this execution's trainer has not started yet
         self._thread.start()
         return self
 
@@ -83,16 +91,27 @@ class _RequestWatcher:
         self._done.set()
         self._thread.join(timeout=5.0)
 
+    def final_request(self) -> Any:
+        """Once the trainer has exited: the request it ran under, or one it claimed and
+        left on between two looks (the claim is this execution's: see `__enter__`)."""
+        from airflow_ett.scheduling.request import read_claimed
+
+        return self.request if self.request is not None else read_claimed(self.job_dir)
+
     def _run(self) -> None:
-        from airflow_ett.scheduling.request import archive_request, read_request
+        from airflow_ett.scheduling.request import archive_request, read_claimed, read_request
 
         while not self._done.wait(self._poll_s):
             request = read_request(self.job_dir)
-            if self.request is not None and self._settled(request):
-                return
-            if self.request is not None or request is None:
+            if self.request is not None:
+                if self._settled(request):
+                    return
                 continue
-            if request.requested_at < self.began:
+            if request is None:
+                request = read_claimed(self.job_dir)
+                if request is None:
+                    continue
+            elif request.requested_at < self.began:
                 archive_request(self.job_dir)
                 continue
             self.request = request
@@ -103,13 +122,15 @@ class _RequestWatcher:
 
     def _settled(self, request: Any) -> bool:
         """An `at_checkpoint` request is held: follow what its file says now. True: the
-        watch is over (acted on, or the trainer left on it)."""
-        held = self.request
+        watch is over (acted on)."""
+        from airflow_ett.scheduling.request import is_claimed
+
         if request is None:
-            if self._release(held):
+            if not is_claimed(self.job_dir, self.request):
+                self._release(self.request)
                 self.request = None  # withdrawn: watch for the next one
                 return False
-            return True
+            request = self.request  # claimed: the trainer is leaving on it; it stands
         self.request = request
         if request.mode == "now":
             self._act(request, "preemption request escalated to now")
@@ -118,6 +139,21 @@ class _RequestWatcher:
             self._act(request, "no checkpoint by the request's leave_by")
             return True
         return False
+
+
+class _StopLaunches(threading.Event):
+    """`run_attempts`' stop: set (the task is being killed, or holds a request), or the
+    trainer claimed a request: no restart in place after an attempt that left on it, even
+    one that left before the watcher's next look saw the claim."""
+
+    def __init__(self, job_dir: Any) -> None:
+        from airflow_ett.scheduling.request import claimed_path
+
+        super().__init__()
+        self._claimed = claimed_path(job_dir)
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._claimed.exists()
 
 
 def first_attempt_number(launched_before: int | None, try_number: int, restarts: int) -> int:
@@ -164,12 +200,13 @@ class TorchRecTrainOperator(EttTrainerOperator):
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         ti = context["ti"]
-        self._killed = killed = threading.Event()
+        self._killed = threading.Event()
         self._on_kill = False
         try:
             paths, cfg = self.prepare(context)
         except JobConfigError as exc:
             raise TrainerConfigError(str(exc)) from None
+        self._killed = killed = _StopLaunches(paths.job_dir)
         self._grace_s = cfg.grace_s
         job = self.job_id(context)
         store = context.get("task_state_store")
@@ -207,8 +244,9 @@ class TorchRecTrainOperator(EttTrainerOperator):
                 stop=killed,
             )
         self._proc = None
-        if watcher.request is not None:
-            self._after_request(context, watcher.request, result, paths)
+        request = watcher.final_request()
+        if request is not None:
+            self._after_request(context, request, result, paths)
         if not result.attempts:
             raise TrainerPreempted("the task was stopped before the trainer started")
         for outcome in result.attempts:
@@ -265,7 +303,9 @@ class TorchRecTrainOperator(EttTrainerOperator):
     def _yield_gpus(self, request: Any, why: str = "preemption request") -> None:
         """The controller asked this job to give its GPUs to another now (or its
         checkpoint did not come in time): no restart in place after this attempt; the
-        trainer checkpoints and leaves within the grace period."""
+        trainer checkpoints and leaves within the grace period (or, when the request says
+        `skip_save`, leaves after its current step without saving: the trainer reads
+        that from the request itself)."""
         self.log.warning("preemption requested (%s): %s", why, request.reason)
         if self._killed is not None:
             self._killed.set()
@@ -280,41 +320,39 @@ class TorchRecTrainOperator(EttTrainerOperator):
         if self._killed is not None:
             self._killed.set()
 
-    def _request_withdrawn(self, request: Any) -> bool:
-        """The controller took its `at_checkpoint` request back. True (the trainer goes on,
-        restartable in place again) while it still runs; False once it has left: it left
-        on the request, which then stands."""
-        proc = self._proc
-        if proc is not None and proc.poll() is not None:
-            return False
+    def _request_withdrawn(self, request: Any) -> None:
+        """The controller took its `at_checkpoint` request back before the trainer claimed
+        it: the trainer goes on, restartable in place again (unless on_kill came)."""
         self.log.warning("preemption at checkpoint withdrawn (%s no longer waits): training "
                          "goes on", request.for_job)
         if self._killed is not None and not self._on_kill:
             self._killed.clear()
-        return True
 
     def _after_request(self, context: Mapping[str, Any], request: Any, result: LaunchResult,
                        paths: JobPaths) -> None:
-        """Yield (reschedule) when the trainer left preempted; a request that came as the
-        trainer ended anyway is put aside, and the outcome stands."""
-        from airflow_ett.scheduling.request import archive_request, take_left_mark
+        """Yield (reschedule) when the trainer left preempted (exit 75, or it claimed the
+        request: torchrun hides the exit 75); a request that came as the trainer ended
+        anyway is put aside, and the outcome stands."""
+        from airflow_ett.scheduling.request import archive_request, take_claimed
 
-        left = take_left_mark(paths.job_dir, request)  # torchrun hides the exit 75
-        if result.attempts and (result.last.exit_class.cause == "preemption" or left):
-            self._rescheduled(context, request, paths)
+        claimed = take_claimed(paths.job_dir, request)  # archived as done, if it is there
+        if result.attempts and (result.last.exit_class.cause == "preemption"
+                                or claimed is not None):
+            self._rescheduled(context, request, paths, claimed)
         self.log.warning("a preemption request came as the trainer ended (%s); nothing to "
                          "yield", result.last.exit_class.description if result.attempts
                          else "not started")
         archive_request(paths.job_dir)
 
-    def _rescheduled(self, context: Mapping[str, Any], request: Any, paths: JobPaths) -> None:
+    def _rescheduled(self, context: Mapping[str, Any], request: Any, paths: JobPaths,
+                     claimed: Any = None) -> None:
         from datetime import UTC, datetime, timedelta
 
         from airflow.exceptions import AirflowRescheduleException
 
         from airflow_ett.scheduling.request import archive_request
 
-        done = archive_request(paths.job_dir)
+        done = archive_request(paths.job_dir) or claimed
         self.emitter(context).flush()
         self.log.warning("preempted for %s: the GPUs go back to the scheduler; this task runs "
                          "again in %.0f s from its checkpoint, with no retry spent (request "

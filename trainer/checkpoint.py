@@ -671,6 +671,14 @@ class CheckpointManager:
         """
         return self._collect_inflight(timeout)
 
+    @property
+    def in_flight(self) -> bool:
+        """Whether a save was begun and not yet collected (by `save`, `wait`, `broadcast`
+        or `close`): the same on every rank, since only the training thread collects,
+        at the same calls on each (whether its commit has finished may differ)."""
+        with self._lock:
+            return self._inflight is not None
+
     def broadcast(self, obj: T) -> T:
         """Rank 0's `obj` on every rank, over the checkpoint group (as is without one): for
         a decision around a save that every rank must take alike (whether to leave after

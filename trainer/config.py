@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_ett.trainer.faults import FAULT_KINDS, FaultKind
+from airflow_ett.trainer.faults import FAULT_KINDS, SLOW_SAVE_S, FaultKind
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
 from airflow_ett.trainer.readers import Reader, show
 
@@ -29,11 +29,15 @@ class ConfigError(ValueError):
 class FaultSpec:
     """Inject a failure after step `at_step` completes, on attempt `attempt` only (1-based;
     None: every attempt). `raise` is an application error, `kill` a SIGKILL of the
-    process (an infra failure nobody reports), `hang` stops making progress until killed."""
+    process (an infra failure nobody reports), `hang` stops making progress until killed,
+    `sigterm` asks it to leave as a preemption does; `slow_save` makes the periodic save
+    at that step block `seconds` longer (slow storage: what a save in progress looks like
+    to the preemption controller), and fails nothing."""
 
     kind: FaultKind
     at_step: int
     attempt: int | None = None
+    seconds: float = SLOW_SAVE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +116,7 @@ def _interval(value: object) -> int | str:
     raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
 
 
-_FAULT_KEYS = ("kind", "at_step", "attempt")
+_FAULT_KEYS = ("kind", "at_step", "attempt", "seconds")
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -135,7 +139,13 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
         attempt = item.get("attempt")
         if attempt is not None:
             attempt = _R.integer(f"faults[{i}].attempt", attempt, minimum=1)
-        out.append(FaultSpec(kind, at_step, attempt))
+        seconds = SLOW_SAVE_S
+        if "seconds" in item:
+            if kind != "slow_save":
+                raise _bad(f"faults[{i}].seconds", item["seconds"],
+                           f"is for a 'slow_save' fault only, not {kind!r}")
+            seconds = _R.number(f"faults[{i}].seconds", item["seconds"], minimum=0.0)
+        out.append(FaultSpec(kind, at_step, attempt, seconds))
     seen: dict[tuple[int, int | None], int] = {}
     for i, spec in enumerate(out):
         if (spec.at_step, spec.attempt) in seen:  # the injector keeps one fault per step

@@ -23,8 +23,11 @@ if TYPE_CHECKING:  # at run time this module imports the stdlib alone (see __mai
 log = logging.getLogger("airflow_ett.trainer")
 
 #: `raise`: an application error; `kill`: SIGKILL (a lost host); `hang`: no progress;
-#: `sigterm`: SIGTERM to itself, a preemption at a known step (the graceful path).
-FaultKind = Literal["raise", "kill", "hang", "sigterm"]
+#: `sigterm`: SIGTERM to itself, a preemption at a known step (the graceful path);
+#: `slow_save`: the periodic save at that step blocks `seconds` longer (slow storage).
+FaultKind = Literal["raise", "kill", "hang", "sigterm", "slow_save"]
+#: How much longer a `slow_save` makes its save, unless the fault says (`seconds`).
+SLOW_SAVE_S: Final = 20.0
 FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
 
 EXIT_OK = 0
@@ -54,9 +57,18 @@ class FaultInjector:
         self._before_fault = before_fault
         self._before_kill = before_kill
 
+    def save_delay_s(self, step: int) -> float:
+        """How much longer the save at `step` blocks (a `slow_save` fault), 0 if none."""
+        fault = self._due.get(step)
+        if fault is None or fault.kind != "slow_save":
+            return 0.0
+        log.warning("fault injection: slow_save at step %d (attempt %d): the save blocks "
+                    "%.0f s longer", step, self._attempt, fault.seconds)
+        return fault.seconds
+
     def after_step(self, step: int, now: float) -> None:
         fault = self._due.get(step)
-        if fault is None:
+        if fault is None or fault.kind == "slow_save":  # that one acts in the save
             return
         if self._before_fault is not None:
             self._before_fault(now)

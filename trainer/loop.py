@@ -13,10 +13,12 @@ Rank 0 reports; other ranks train silently (one reporter per job, DESIGN section
 
 Leaving when asked (preemption, `airflow_ett/scheduling/request.py`): SIGTERM makes the
 attempt finish its step, save (unless the current step is saved already) and exit 75
-within the grace. An `at_checkpoint` request in the job directory (`$ETT_JOB_DIR`) is
-looked for at each periodic save, one small file read by rank 0, its verdict broadcast
-so every rank leaves alike: once that save has committed the attempt exits 75 too,
-saving nothing more. Nothing is read between saves.
+within the grace; when the pending request says `skip_save` (its save would not fit the
+grace) it exits 75 at once, saving nothing. An `at_checkpoint` request in the job
+directory (`$ETT_JOB_DIR`) is looked for at each periodic save, one small file read and
+rename (the claim) by rank 0, its verdict broadcast so every rank leaves alike: once that
+save has committed the attempt exits 75 too, saving nothing more. Nothing is read
+between saves.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -180,6 +182,7 @@ class Trainer:
     left_for: PreemptRequest | None = None
     _cache_to_save: CompileCache | None = None  # the cache missed: save after the first step
     _cache_saver: threading.Thread | None = None
+    _faults: FaultInjector | None = None  # set by `train`: a slow_save acts in `save`
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -423,6 +426,20 @@ class Trainer:
         )
 
     def save(self, *, final: bool = False) -> SaveResult:
+        """Save this step. A save other than the final one (inside `final_checkpoint`) is
+        reported as a `checkpoint_save_blocking` phase from its start: its
+        `checkpoint_saved` comes only once it has committed, and the preemption
+        controller must see a save in progress to leave the job alone (the attribution
+        counts a save reported both ways once)."""
+        if final:
+            return self._save(final=True)
+        with self.emitter.phase("checkpoint_save_blocking"):
+            delay = self._faults.save_delay_s(self.step) if self._faults is not None else 0.0
+            if delay:
+                time.sleep(delay)
+            return self._save(final=False)
+
+    def _save(self, *, final: bool) -> SaveResult:
         self.saves_in_flight[self.step] = (time.time(), final, self.cursor)
         self.last_save_step = self.step
         extra = {
@@ -455,18 +472,23 @@ class Trainer:
         return True
 
     def _checkpoint_request(self) -> PreemptRequest | None:
-        """The pending `at_checkpoint` request, the same on every rank (rank 0 reads it, the
-        checkpoint group carries its verdict), looked for as a periodic save begins. One
-        made before this attempt started is not this attempt's: the train task puts it
-        aside."""
-        from airflow_ett.scheduling.request import parse_request, read_request
+        """The pending `at_checkpoint` request, the same on every rank, looked for as a
+        periodic save begins: rank 0 claims it (`request.claim_request`, a rename that
+        either wins over a withdrawal or finds the request gone: then there is none), and
+        only then does the checkpoint group carry the verdict, so no rank leaves on a
+        request the controller took back. One made before this attempt started is not
+        this attempt's: the train task puts it aside."""
+        from airflow_ett.scheduling.request import claim_request, parse_request
 
         found: str | None = None
         job_dir = os.environ.get("ETT_JOB_DIR")
         if self.env.is_reporter and job_dir:
-            request = read_request(Path(job_dir))
-            if (request is not None and request.mode == "at_checkpoint"
-                    and request.requested_at >= self.process_start):
+            try:
+                request = claim_request(Path(job_dir), since=self.process_start)
+            except OSError as exc:  # the job dir is shared storage: not worth failing for
+                log.warning("cannot look for a preemption request in %s: %s", job_dir, exc)
+                request = None
+            if request is not None:
                 found = request.to_json()
         found = self.manager.broadcast(found)
         return parse_request(found) if found is not None else None
@@ -482,7 +504,6 @@ class Trainer:
         deadline = request.leave_by + request.grace_s
         try:
             self.manager.wait(timeout=max(0.0, deadline - time.time()))
-            self._mark_left(request)
             return
         except CheckpointError as exc:
             log.error("the checkpoint to leave on failed (%s): saving again", exc)
@@ -490,16 +511,16 @@ class Trainer:
         except TimeoutError as exc:
             log.error("the checkpoint to leave on is not committed by the deadline: %s", exc)
             return
-        self._leave_preempted(time.time() + request.grace_s)
-        self._mark_left(request)  # it leaves on the request all the same
+        self._leave_preempted(time.time() + request.grace_s)  # on the request all the same
 
     # -- the loop ------------------------------------------------------------------------
 
     def train(self, batches: Iterator[Batch]) -> int:
         cfg, em = self.cfg, self.emitter
         progress = Progress(em)
-        faults = FaultInjector(cfg.faults, self.ident.attempt_number,
-                               before_fault=progress.flush, before_kill=lambda: em.flush(1.0))
+        self._faults = faults = FaultInjector(
+            cfg.faults, self.ident.attempt_number, before_fault=progress.flush,
+            before_kill=lambda: em.flush(1.0))
         self.manager.interval.start(self.step)
         watchdog = self._watchdog()
         steps = StepLogger(cfg.steps, cfg.batch_size * self.env.world_size, cfg.log_every_s)
@@ -585,23 +606,21 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    def _mark_left(self, request: PreemptRequest) -> None:
-        """Tell the train task this attempt left on `request` (torchrun turns the ranks'
-        exit 75 into its own 1); a note that cannot be written is logged, not fatal."""
-        job_dir = os.environ.get("ETT_JOB_DIR")
-        if not (self.env.is_reporter and job_dir):
-            return
-        from airflow_ett.scheduling.request import mark_left
-
-        try:
-            mark_left(Path(job_dir), request, step=self.step)
-        except OSError as exc:
-            log.warning("cannot note the yield in %s: %s", job_dir, exc)
-
     def _leave_preempted(self, deadline: float | None = None) -> int:
         """Save the current step (unless it is saved already) by `deadline` (by default the
-        grace after SIGTERM), then leave preempted."""
+        grace after SIGTERM), then leave preempted. On SIGTERM, a pending request that says
+        `skip_save` (its save would not fit the grace: the kill would cut it) makes the
+        attempt leave at once instead, saving nothing and waiting for no save in flight:
+        the GPUs are free now rather than at the end of the grace."""
         if deadline is None:
+            unsaved = self._skip_save_request()
+            if unsaved is not None:
+                self.left_for = unsaved
+                log.warning("preempted: leaving at step %d without saving, as asked (the "
+                            "exit save would not fit the grace; the last checkpoint is "
+                            "step %s): %s", self.step, self.manager.latest_step(),
+                            unsaved.reason)
+                return EXIT_PREEMPTED
             deadline = (self.preemption.received_at or time.time()) + self.cfg.grace_s
         try:
             if self._current_step_saved(deadline):
@@ -612,6 +631,34 @@ class Trainer:
         except Exception as exc:
             log.error("preempted: the checkpoint did not finish within the grace period: %s", exc)
         return EXIT_PREEMPTED
+
+    def _skip_save_request(self) -> PreemptRequest | None:
+        """The pending request when it says `skip_save`, the same on every rank: rank 0
+        reads it (one small file read, on this path only) and every rank gets its verdict
+        (`_agree_now`)."""
+        from airflow_ett.scheduling.request import parse_request, read_request
+
+        found: str | None = None
+        job_dir = os.environ.get("ETT_JOB_DIR")
+        if self.env.is_reporter and job_dir:
+            request = read_request(Path(job_dir))
+            if request is not None and request.skip_save:
+                found = request.to_json()
+        found = self._agree_now(found)
+        return parse_request(found) if found is not None else None
+
+    def _agree_now(self, value: str | None) -> str | None:
+        """Rank 0's `value` on every rank, without waiting for a save in flight:
+        `manager.broadcast` waits for it under a group (that save's commit runs
+        collectives on the checkpoint group), so with one in flight the verdict goes over
+        the default group, which the background commit never uses. Whether one is in
+        flight is the same on every rank (`CheckpointManager.in_flight`)."""
+        if not (dist.is_initialized() and self.manager.in_flight):
+            return self.manager.broadcast(value)
+        box: list[Any] = [value]
+        dist.broadcast_object_list(box, src=0, device=self.env.device)
+        found: str | None = box[0]
+        return found
 
     def _current_step_saved(self, deadline: float) -> bool:
         """Wait (by `deadline`) for the save in flight; True when the current step is in a
@@ -722,8 +769,12 @@ def _build_sharded(cfg: TrainerConfig, env: DistEnv
 def _preempted_message(left_for: PreemptRequest | None = None) -> str:
     """The `attempt_ended` message of a preempted attempt: the controller's reason when a
     preemption request asked for it (left in `$ETT_JOB_DIR` by the preemption controller,
-    `airflow_ett/scheduling/request.py`; `left_for`: the `at_checkpoint` one the attempt
-    left on), else what happened."""
+    `airflow_ett/scheduling/request.py`; `left_for`: the one the attempt left on by
+    itself: an `at_checkpoint` one, or a `skip_save` one on SIGTERM), else what
+    happened."""
+    if left_for is not None and left_for.skip_save:
+        return (f"SIGTERM on request, left without saving (its exit save would not fit "
+                f"the {left_for.grace_s:g} s grace): {left_for.reason}")[:500]
     if left_for is not None:
         return f"left at its checkpoint on request: {left_for.reason}"[:500]
     job_dir = os.environ.get("ETT_JOB_DIR")
@@ -776,11 +827,37 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
         )
         raise
     finally:
+        if code == EXIT_PREEMPTED and _unsaved_with_save_in_flight(trainer):
+            _exit_now(trainer, emitter, code)
         if code != EXIT_OK:
             trainer.close()
         if dist.is_initialized():
             dist.destroy_process_group()
         emitter.close()
+
+
+def _unsaved_with_save_in_flight(trainer: Trainer) -> bool:
+    left_for = trainer.left_for
+    manager = getattr(trainer, "manager", None)
+    return (left_for is not None and left_for.skip_save and manager is not None
+            and manager.in_flight)
+
+
+def _exit_now(trainer: Trainer, emitter: Emitter, code: int) -> NoReturn:
+    """Leave without saving while a save is in flight: closing the checkpoint manager,
+    or the interpreter's exit (which joins its writer thread), would wait for that save,
+    which is known not to fit the grace. Its step directory stays uncommitted (the next
+    attempt removes it) and the newest committed checkpoint is what resumes."""
+    log.warning("leaving without waiting for the checkpoint in flight")
+    pipeline = getattr(trainer, "pipeline", None)
+    if pipeline is not None:
+        try:
+            pipeline.close()
+        except Exception as exc:
+            log.warning("teardown: %s", exc)
+    emitter.close()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter,

@@ -7,8 +7,9 @@ log, act on nothing); the train tasks in the tenants' pools from Airflow's metad
 database (read-only, one query, like the scheduler's own); the running ones' live state
 from the ETT store; `scheduling.snapshot.fleet_state`, then `victims.choose`. Each victim
 gets a request in its job directory (`scheduling/request.py`) in the decision's mode
-(`now`, or `at_checkpoint` with a `leave_by`); its train task does the rest (checkpoint
-or leave at the next one, reschedule without a retry).
+(`now`, or `at_checkpoint` with a `leave_by`; a `now` one with the decision's
+`skip_save`); its train task does the rest (checkpoint or leave at the next one, or
+leave at once without saving; reschedule without a retry).
 
 The pending requests of the running train tasks are read first, and sorted by
 `snapshot.review_requests`:
@@ -16,10 +17,17 @@ The pending requests of the running train tasks are read first, and sorted by
 - a victim with a pending request is *yielding*: it is left out of the fleet the
   decision sees, and the job it yields to, while that still waits, is shown running in
   startup on its GPUs (no second set of victims for it, none for others against them);
+- **claimed**: an `at_checkpoint` request the victim's trainer took at a periodic save
+  (`preempt_request.claimed.json`: it is leaving on it, once that save commits) is
+  yielding too, its GPUs promised until the victim exits; it is never withdrawn nor
+  escalated, only reported overdue past the bound below;
 - **withdrawal**: an `at_checkpoint` request whose `for_job` no longer waits (it got GPUs
   that freed up otherwise, or its task is gone), before its `leave_by`, is taken back
   (`request.withdraw_request`: renamed to `preempt_request.<stamp>.withdrawn.json`, kept
-  as history) and logged; the task lets its trainer go on (`Tick.withdrawn`);
+  as history) and logged; the task lets its trainer go on (`Tick.withdrawn`). The
+  trainer's claim is a rename of the same file, so one of the two wins: a withdrawal
+  that finds nothing to rename (claimed meanwhile) is no error: it is logged, and the
+  victim stays yielding;
 - **escalation**: an `at_checkpoint` request still pending past its `leave_by` + grace +
   `snapshot.OVERDUE_MARGIN_S` (its checkpoint never came, and the task's own fall back
   to `now` at `leave_by` did not end it either) is logged and rewritten once as a `now`
@@ -125,10 +133,22 @@ def pending_requests(tasks: Sequence[TrainTask], work_dir: Path) -> dict[str, Pr
     """The pending request of each running train task that has one (victim job -> it)."""
     from airflow_ett.scheduling.request import read_request
 
+    return _each_running(tasks, work_dir, read_request)
+
+
+def claimed_requests(tasks: Sequence[TrainTask], work_dir: Path) -> dict[str, PreemptRequest]:
+    """The request each running train task's trainer claimed to leave on, if any."""
+    from airflow_ett.scheduling.request import read_claimed
+
+    return _each_running(tasks, work_dir, read_claimed)
+
+
+def _each_running(tasks: Sequence[TrainTask], work_dir: Path,
+                  read: Callable[[Path], PreemptRequest | None]) -> dict[str, PreemptRequest]:
     found: dict[str, PreemptRequest] = {}
     for task in tasks:
         if task.state == "running":
-            request = read_request(_job_dir(work_dir, task))
+            request = read(_job_dir(work_dir, task))
             if request is not None:
                 found[task.job] = request
     return found
@@ -136,21 +156,28 @@ def pending_requests(tasks: Sequence[TrainTask], work_dir: Path) -> dict[str, Pr
 
 def settle_requests(tasks: Sequence[TrainTask], config: TenantsConfig, work_dir: Path, *,
                     now: float) -> tuple[dict[str, PreemptRequest], Tick]:
-    """Read and sort the pending requests (`snapshot.review_requests`), withdraw and
-    escalate as it says; returns the yielding victims' requests and what was done (a
-    Tick without a state yet)."""
+    """Read and sort the pending requests (`snapshot.review_requests`; a claimed one in
+    place of a pending one: the trainer is leaving on it), withdraw and escalate as it
+    says; returns the yielding victims' requests and what was done (a Tick without a
+    state yet)."""
     from airflow_ett.scheduling.request import withdraw_request, write_request
     from airflow_ett.scheduling.snapshot import review_requests
 
-    review = review_requests(pending_requests(tasks, work_dir), tasks, now=now)
+    claimed = claimed_requests(tasks, work_dir)
+    pending = {**pending_requests(tasks, work_dir), **claimed}
+    review = review_requests(pending, tasks, now=now, claimed=claimed.keys())
     tick = Tick()
     by_job = {t.job: t for t in tasks}
     for victim, request in review.withdraw.items():
         aside = withdraw_request(_job_dir(work_dir, by_job[victim]), now=now)
-        if aside is not None:
-            tick.withdrawn.append(victim)
-            log.warning("preemption of %s withdrawn: %s no longer waits for its GPUs (the "
-                        "request is kept as %s)", victim, request.for_job, aside.name)
+        if aside is None:  # the trainer claimed it since it was read: it is leaving on it
+            review.yielding[victim] = request
+            log.info("preemption of %s not withdrawn: its trainer claimed the request "
+                     "meanwhile and is leaving on it; it stays yielding", victim)
+            continue
+        tick.withdrawn.append(victim)
+        log.warning("preemption of %s withdrawn: %s no longer waits for its GPUs (the "
+                    "request is kept as %s)", victim, request.for_job, aside.name)
     for victim, request in review.escalate.items():
         if not config.preemption:
             log.info("would ask %s to yield now (preemption is off in the tenants file)",
@@ -193,7 +220,8 @@ def act(state: FleetState, decisions: Sequence[Decision], tasks: Sequence[TrainT
             write_request(_job_dir(work_dir, by_job[p.victim]), PreemptRequest(
                 victim=p.victim, for_job=p.for_job, reason=p.reason, requested_at=now,
                 grace_s=policy.grace_s, resume_after_s=config.resume_after_s, mode=p.mode,
-                leave_by=leave_by_for(p.mode, now, p.yield_in_s, state.checkpoint_wait_s)))
+                leave_by=leave_by_for(p.mode, now, p.yield_in_s, state.checkpoint_wait_s),
+                skip_save=p.skip_save))
             tick.requested.append(p.victim)
             log.warning("%s", p.reason)
     return tick

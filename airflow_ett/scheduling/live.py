@@ -36,13 +36,19 @@ The rules, each read from the events alone (`live_state`):
      job is `startup` or `recovery` until the first span on new data *has arrived*: it
      is never called `training` before the events say so.
 - **Saving**: a save phase of the attempt is open (`checkpoint_save_blocking`, which a
-  trainer may report, or `final_checkpoint`), or one of its `checkpoint_saved` is not
-  complete by `now`. A save is complete at `max(ts, start_ts + total_s)`: `ts` is its
-  commit, `start_ts + total_s` when its background part ended; a producer that reports
-  when the loop is unblocked (before the background part is done) is thus still saving.
-  The reference trainer reports a periodic save only once it committed (`checkpoint_saved`
-  at the commit, no phase), so its periodic saves cannot be seen while they run; its
-  final save is inside the `final_checkpoint` phase (saving, and `shutdown` anyway).
+  trainer may report, or `final_checkpoint`); or a `checkpoint_save_blocking` phase of
+  the attempt began after the start of every `checkpoint_saved` it reported (the save it
+  opened has not reported its commit yet: its background part is still being written),
+  for at most the attempt's longest commit latency so far (`ts - start_ts` of its saves),
+  or `UNREPORTED_COMMIT_S` before it has reported one (a producer that reports the phase
+  but never a commit is not kept out of preemption for good); or one of its
+  `checkpoint_saved` is not complete by `now`. A save is complete at
+  `max(ts, start_ts + total_s)`: `ts` is its commit, `start_ts + total_s` when its
+  background part ended; a producer that reports when the loop is unblocked (before the
+  background part is done) is thus still saving. The reference trainer opens
+  `checkpoint_save_blocking` as each periodic save begins, before it takes the save's
+  start time, and reports `checkpoint_saved` at the commit; its final save is inside the
+  `final_checkpoint` phase (saving, and `shutdown` anyway).
 - **since_checkpoint_s**: the training time since the state of the attempt's last
   committed checkpoint (complete by `now`, as above), that is `now - (start_ts +
   blocking_s)`: the loop resumed at `start_ts + blocking_s` and everything trained since
@@ -116,6 +122,9 @@ CADENCE_SAMPLE: Final = 5
 
 #: The phases that are a checkpoint save while they are open.
 SAVE_PHASES: Final = frozenset({"checkpoint_save_blocking", "final_checkpoint"})
+#: How long a save whose phase closed is taken to be committing, when its attempt has not
+#: reported a commit yet to measure that by.
+UNREPORTED_COMMIT_S: Final = 300.0
 #: The phase of publishing while the GPUs are held (the train operator's, job-level).
 PUBLISH_PHASE: Final = "publish_in_gpu"
 
@@ -353,9 +362,16 @@ def _complete_at(c: CheckpointSaved) -> float:
 
 
 def _saving(current: _Attempt, now: float) -> bool:
-    if any(p.phase in SAVE_PHASES for p in _open_phases(current.marks)):
+    started, still_open = _phases(current.marks)
+    if any(p.phase in SAVE_PHASES for p in still_open):
         return True
-    return any(_complete_at(c) > now for c in current.checkpoints)
+    if any(_complete_at(c) > now for c in current.checkpoints):
+        return True
+    last_reported = max((c.start_ts for c in current.checkpoints), default=-math.inf)
+    latency = max((c.ts - c.start_ts for c in current.checkpoints),
+                  default=UNREPORTED_COMMIT_S)
+    return any(p.phase == "checkpoint_save_blocking" and p.ts > last_reported
+               and now < p.ts + latency for p in started)
 
 
 def _since_checkpoint(current: _Attempt, now: float, run_s: float) -> float | None:

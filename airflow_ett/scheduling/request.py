@@ -13,22 +13,29 @@ checkpoint the tenant's whole grace period.
 Two modes (`model.YieldMode`, version 2; a version 1 file is a `now` request):
 
 - `now`: the task sends the trainer SIGTERM (its graceful path: finish the step,
-  checkpoint, exit 75) at once; `leave_by` is `requested_at`;
-- `at_checkpoint`: nobody signals; the trainer reads the file at each periodic save and
-  leaves right after the save it finds it at has committed, saving nothing more (exit
-  75). `leave_by` is when that is expected at the latest (`leave_by_for`: the decision's
-  `yield_in_s` plus `LEAVE_BY_MARGIN_S`, never more than the fleet's
+  checkpoint, exit 75) at once; `leave_by` is `requested_at`. With `skip_save` (the
+  victim's exit save is known not to fit its grace: the kill would cut it), the trainer
+  saves nothing: it leaves after its current step, losing the work since its last
+  checkpoint but freeing the GPUs at once instead of after the whole grace;
+- `at_checkpoint`: nobody signals; the trainer looks for the file at each periodic save
+  and leaves right after the save it finds it at has committed, saving nothing more
+  (exit 75). `leave_by` is when that is expected at the latest (`leave_by_for`: the
+  decision's `yield_in_s` plus `LEAVE_BY_MARGIN_S`, never more than the fleet's
   `checkpoint_wait_s` plus the margin): past it, the task falls back to the `now` path,
-  and past `leave_by + grace_s` the controller rewrites the request as a `now` one.
+  and past `leave_by + grace_s` the controller rewrites it as a `now` request (one the
+  trainer claimed it only reports: that trainer is leaving already).
 
-Under torchrun a rank's exit 75 reaches the task as torchrun's generic failure (1), so a
-trainer that left on an `at_checkpoint` request also says so in the job directory
-(`mark_left`, rank 0, `preempt_left.json`), and the task takes that as the yield
-(`take_left_mark`).
-
+The claim: the trainer that finds an `at_checkpoint` request takes it
+(`claim_request`: renamed to `preempt_request.claimed.json`) before it decides to leave.
 A request the controller no longer wants (its `for_job` got GPUs otherwise, or is gone)
-is withdrawn (`withdraw_request`: renamed aside, like an archived one); the task then
-lets its trainer go on.
+is withdrawn (`withdraw_request`), also a rename of `preempt_request.json`: one rename
+wins, so the trainer never leaves on a request its task saw withdrawn, and the controller
+never takes back one the trainer is leaving on (its withdrawal finds nothing, and the
+victim stays yielding). The claimed file is also how the task learns, once the trainer
+has exited, that it left on the request (`take_claimed`; under torchrun a rank's exit 75
+reaches the task as torchrun's generic failure, 1); the task then archives it as
+`.done`, like any request acted on. A request withdrawn before any claim lets the trainer
+go on (its task allows restarts in place again).
 
 Written atomically (a reader never sees half a request), validated when read (the work
 dir is trusted, docs/security.md, but a hand-made or truncated file must not crash the
@@ -51,10 +58,11 @@ from airflow_ett.scheduling.model import YIELD_MODES, YieldMode
 log = logging.getLogger(__name__)
 
 REQUEST_FILE: Final = "preempt_request.json"
-#: The trainer's note that it left on an `at_checkpoint` request (see the docstring).
-LEFT_FILE: Final = "preempt_left.json"
+#: An `at_checkpoint` request the trainer took to leave on (see the docstring).
+CLAIMED_FILE: Final = "preempt_request.claimed.json"
 VERSION: Final = 2
-#: The versions `parse_request` reads (1: before `mode` and `leave_by`, always `now`).
+#: The versions `parse_request` reads (1: before `mode` and `leave_by`, always `now`;
+#: a version 2 file without `skip_save` is one that saves).
 VERSIONS: Final = (1, 2)
 #: Slack on an `at_checkpoint` request's `leave_by` beyond the expected checkpoint: the
 #: expectation is a typical gap between saves, and a step or a save may run long.
@@ -74,7 +82,9 @@ class PreemptRequest:
     `mode` `now`: checkpoint within `grace_s` of `requested_at`, then leave.
     `at_checkpoint`: leave right after the next periodic checkpoint commits, expected by
     `leave_by` (Unix seconds); past it, as `now` with the grace from then. `leave_by`
-    left out (NaN) is `requested_at`, what it is for a `now` request."""
+    left out (NaN) is `requested_at`, what it is for a `now` request. `skip_save` (a `now`
+    request only): leave after the current step without saving (the exit save would not
+    fit the grace)."""
 
     victim: str
     for_job: str
@@ -84,6 +94,7 @@ class PreemptRequest:
     resume_after_s: float = 10.0
     mode: YieldMode = "now"
     leave_by: float = math.nan
+    skip_save: bool = False
     version: int = VERSION
 
     def __post_init__(self) -> None:
@@ -133,7 +144,7 @@ def parse_request(text: str) -> PreemptRequest:
     known = {"victim", "for_job", "reason", "requested_at", "grace_s", "resume_after_s",
              "version"}
     if version >= 2:
-        known |= {"mode", "leave_by"}
+        known |= {"mode", "leave_by", "skip_save"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise RequestError(f"unknown field(s) {unknown} in a version {version} request")
@@ -154,7 +165,18 @@ def parse_request(text: str) -> PreemptRequest:
         resume_after_s=_seconds("resume_after_s", raw.get("resume_after_s", 10.0)),
         mode=mode,
         leave_by=leave_by,
+        skip_save=_skip_save(raw.get("skip_save", False), mode),
     )
+
+
+def _skip_save(value: Any, mode: YieldMode) -> bool:
+    """Leaving without a save is a `now` request's: an `at_checkpoint` one saves anyway."""
+    if not isinstance(value, bool):
+        raise RequestError(f"skip_save: {value!r} is not true or false")
+    if value and mode != "now":
+        raise RequestError(f"skip_save: {value!r} in a {mode!r} request (only a 'now' "
+                           "request may leave without saving)")
+    return value
 
 
 def _mode(value: Any) -> YieldMode:
@@ -184,11 +206,7 @@ def read_request(job_dir: Path) -> PreemptRequest | None:
     except OSError as exc:
         log.warning("preemption request %s cannot be read: %s", path, exc)
         return None
-    try:
-        return parse_request(text)
-    except RequestError as exc:
-        log.warning("preemption request %s ignored: %s", path, exc)
-        return None
+    return _parsed(path, text)
 
 
 def archive_request(job_dir: Path, *, now: float | None = None) -> Path | None:
@@ -201,12 +219,14 @@ def withdraw_request(job_dir: Path, *, now: float | None = None) -> Path | None:
     """Take back a pending request nobody acted on (its waiting job no longer needs the
     GPUs): renamed aside as `preempt_request.<stamp>.withdrawn.json`, atomically, so the
     task sees it gone or whole and the job directory keeps the history. None: there was
-    none (acted on, or withdrawn already)."""
+    none (claimed by the trainer meanwhile, acted on, or withdrawn already)."""
     return _set_aside(job_dir, "withdrawn", now)
 
 
-def _set_aside(job_dir: Path, kind: str, now: float | None) -> Path | None:
+def _set_aside(job_dir: Path, kind: str, now: float | None, *, source: Path | None = None
+               ) -> Path | None:
     path = request_path(job_dir)
+    source = source or path
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() if now is None else now))
     aside = path.with_name(f"preempt_request.{stamp}.{kind}.json")
     n = 1
@@ -214,30 +234,81 @@ def _set_aside(job_dir: Path, kind: str, now: float | None) -> Path | None:
         n += 1
         aside = path.with_name(f"preempt_request.{stamp}-{n}.{kind}.json")
     try:
-        path.rename(aside)
+        source.rename(aside)
     except FileNotFoundError:
         return None
     return aside
 
 
-
-def mark_left(job_dir: Path, request: PreemptRequest, *, step: int) -> None:
-    """The trainer left on `request` after committing `step` (atomically written)."""
-    note = {"requested_at": request.requested_at, "step": step, "left_at": time.time()}
-    atomic_write(Path(job_dir) / LEFT_FILE, json.dumps(note).encode())
+def claimed_path(job_dir: Path) -> Path:
+    return Path(job_dir) / CLAIMED_FILE
 
 
-def take_left_mark(job_dir: Path, request: PreemptRequest) -> bool:
-    """Whether the trainer noted it left on `request` (the note names its `requested_at`);
-    the note is removed either way, so an old one never speaks for a later request."""
-    path = Path(job_dir) / LEFT_FILE
+def claim_request(job_dir: Path, *, since: float) -> PreemptRequest | None:
+    """Take the pending `at_checkpoint` request made at or after `since` (the trainer, at
+    a periodic save): renamed to `CLAIMED_FILE`, atomically, so that exactly one of this
+    and a withdrawal wins. None: none to take (none, a `now` one, which is the task's to
+    act on, an older one, or withdrawn meanwhile). A request replaced between the read and
+    the rename is put back untaken: the next save looks again."""
+    path = request_path(job_dir)
     try:
-        note = json.loads(path.read_text(encoding="utf-8"))
-        path.unlink()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return False
-    except (OSError, ValueError) as exc:
-        log.warning("%s ignored: %s", path, exc)
-        path.unlink(missing_ok=True)
-        return False
-    return isinstance(note, dict) and note.get("requested_at") == request.requested_at
+        return None
+    request = _parsed(path, text)
+    if request is None or request.mode != "at_checkpoint" or request.requested_at < since:
+        return None
+    claimed = claimed_path(job_dir)
+    try:
+        path.rename(claimed)
+    except FileNotFoundError:
+        log.info("preemption request %s withdrawn as it was claimed: none to leave on", path)
+        return None
+    if claimed.read_text(encoding="utf-8") != text:
+        if not path.exists():
+            claimed.rename(path)
+        return None
+    return request
+
+
+def read_claimed(job_dir: Path) -> PreemptRequest | None:
+    """The request the trainer claimed to leave on, or None (none; unusable: logged)."""
+    path = claimed_path(job_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("claimed preemption request %s cannot be read: %s", path, exc)
+        return None
+    return _parsed(path, text)
+
+
+def is_claimed(job_dir: Path, request: PreemptRequest) -> bool:
+    """Whether the trainer claimed `request` (the claimed file names its `requested_at`)."""
+    claimed = read_claimed(job_dir)
+    return claimed is not None and claimed.requested_at == request.requested_at
+
+
+def take_claimed(job_dir: Path, request: PreemptRequest, *, now: float | None = None
+                 ) -> Path | None:
+    """Once the trainer has exited: archive the claimed file as `.done` when it is
+    `request`'s (the trainer left on it); None when it is not (nothing changed)."""
+    if not is_claimed(job_dir, request):
+        return None
+    return _set_aside(job_dir, "done", now, source=claimed_path(job_dir))
+
+
+def archive_claimed(job_dir: Path, *, now: float | None = None) -> Path | None:
+    """Put aside (as `.done`) a claimed request left by an earlier execution of the task,
+    whose trainer left on it but whose task ended before archiving it: it must not stand
+    for a request of this execution."""
+    return _set_aside(job_dir, "done", now, source=claimed_path(job_dir))
+
+
+def _parsed(path: Path, text: str) -> PreemptRequest | None:
+    try:
+        return parse_request(text)
+    except RequestError as exc:
+        log.warning("preemption request %s ignored: %s", path, exc)
+        return None

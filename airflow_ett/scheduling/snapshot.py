@@ -18,12 +18,16 @@ against GPUs already promised. `review_requests` sorts the pending requests firs
 to keep, which to withdraw (an `at_checkpoint` request whose `for_job` no longer waits,
 before the victim is due to leave), which to escalate to `now` (an `at_checkpoint` one
 past `leave_by` + grace + `OVERDUE_MARGIN_S`: its checkpoint never came) and which are
-overdue (a `now` one past the same bound: the victim's worker may be gone).
+overdue (a `now` one past the same bound: the victim's worker may be gone). A request the
+victim's trainer has claimed (it is leaving on it, `request.claim_request`) is yielding
+like a pending one, its GPUs promised until the victim exits, but it is never withdrawn
+(the trainer leaves anyway) nor escalated (it is leaving already): past the bound it is
+overdue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
@@ -113,20 +117,25 @@ class RequestReview:
 
 
 def review_requests(pending: Mapping[str, PreemptRequest], tasks: Iterable[TrainTask], *,
-                    now: float) -> RequestReview:
-    """Sort the running victims' pending requests (see the module docstring). A withdrawal
-    comes only before `leave_by`: after it the victim's task is already making it leave
-    at once, and taking the request back would not stop that."""
+                    now: float, claimed: Collection[str] = ()) -> RequestReview:
+    """Sort the running victims' pending requests (see the module docstring); `claimed`:
+    the victims whose request in `pending` their trainer claimed. A withdrawal comes only
+    before `leave_by`: after it the victim's task is already making it leave at once, and
+    taking the request back would not stop that."""
     waits = {t.job for t in tasks if t.state != "running"}
     review = RequestReview()
     for victim, request in sorted(pending.items()):
         late = now > request.leave_by + request.grace_s + OVERDUE_MARGIN_S
-        if request.mode == "at_checkpoint":
+        if victim in claimed:
+            if late:
+                review.overdue[victim] = request
+        elif request.mode == "at_checkpoint":
             if request.for_job not in waits and now <= request.leave_by:
                 review.withdraw[victim] = request
                 continue
             if late:
-                request = replace(request, mode="now", leave_by=now)
+                # a save that fits (skip_save is a `now` decision's, never an escalation's)
+                request = replace(request, mode="now", leave_by=now, skip_save=False)
                 review.escalate[victim] = request
         elif late:
             review.overdue[victim] = request

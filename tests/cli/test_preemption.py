@@ -129,3 +129,74 @@ def test_the_printout_says_who_yields_and_what_was_withdrawn(
     started = [TASKS[0], task("a1", "running", "ett_tenant_ads")]
     _print_tick(look(tmp_path, started, {"b1": live("b1", 35.0), "a1": None}, now=NOW + 20))
     assert "request withdrawn: b1" in capsys.readouterr().out
+
+
+def test_a_victim_whose_exit_save_cannot_fit_its_grace_is_asked_to_skip_it(
+        tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    too_slow = replace(live("b1", None), exit_save_s=120.0)  # grace 60 s
+    look(tmp_path, TASKS, {"b1": too_slow})
+    request = read_request(job_dir(tmp_path, "b1"))
+    assert request is not None and (request.mode, request.skip_save) == ("now", True)
+    look(tmp_path, TASKS, {"b1": None}, now=NOW + 1)  # pending: nothing rewritten
+    assert read_request(job_dir(tmp_path, "b1")) == request
+    # a save that fits: saved
+    other = tmp_path / "other"
+    look(other, TASKS, {"b1": live("b1", None)})
+    fits = read_request(job_dir(other, "b1"))
+    assert fits is not None and (fits.mode, fits.skip_save) == ("now", False)
+
+
+def test_an_escalated_request_saves(tmp_path: Path) -> None:
+    look(tmp_path, TASKS, {"b1": live("b1", 45.0)})
+    past = NOW + 45.0 + LEAVE_BY_MARGIN_S + 60.0 + OVERDUE_MARGIN_S + 1
+    look(tmp_path, TASKS, {"b1": live("b1", 0.0)}, now=past)
+    request = read_request(job_dir(tmp_path, "b1"))
+    assert request is not None and (request.mode, request.skip_save) == ("now", False)
+
+
+def test_a_claimed_request_is_yielding_never_withdrawn_nor_escalated(
+        tmp_path: Path) -> None:
+    from airflow_ett.scheduling.request import claim_request, read_claimed
+
+    look(tmp_path, TASKS, {"b1": live("b1", 45.0)})
+    asked = read_request(job_dir(tmp_path, "b1"))
+    assert claim_request(job_dir(tmp_path, "b1"), since=0.0) == asked  # the trainer took it
+    again = look(tmp_path, TASKS, {"b1": live("b1", 35.0)}, now=NOW + 10)
+    assert again.pending == ["b1"] and again.requested == []
+    assert again.state is not None and [r.job for r in again.state.running] == ["a1"]
+    started = [TASKS[0], task("a1", "running", "ett_tenant_ads")]
+    kept = look(tmp_path, started, {"b1": live("b1", 35.0), "a1": None}, now=NOW + 20)
+    assert kept.withdrawn == [] and kept.pending == ["b1"]
+    assert read_claimed(job_dir(tmp_path, "b1")) == asked
+    past = NOW + 45.0 + LEAVE_BY_MARGIN_S + 60.0 + OVERDUE_MARGIN_S + 1
+    late = look(tmp_path, TASKS, {"b1": live("b1", 0.0)}, now=past)
+    assert late.escalated == [] and late.overdue == ["b1"] and late.pending == ["b1"]
+    assert read_request(job_dir(tmp_path, "b1")) is None  # nothing written over the claim
+
+
+def test_a_withdrawal_the_trainers_claim_beat_keeps_the_victim_yielding(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The race: the controller read the request pending, the trainer claimed it before
+    the controller's rename; that withdrawal finds nothing, and the request stands."""
+    import airflow_ett.plugin.controller as controller
+    from airflow_ett.scheduling.request import claim_request, read_claimed
+
+    look(tmp_path, TASKS, {"b1": live("b1", 45.0)})
+    asked = read_request(job_dir(tmp_path, "b1"))
+    real = controller.pending_requests
+
+    def claimed_right_after_the_look(tasks: list[TrainTask], work: Path) -> object:
+        found = real(tasks, work)  # still pending as read...
+        claim_request(job_dir(tmp_path, "b1"), since=0.0)  # ...then the trainer claims
+        return found
+
+    monkeypatch.setattr(controller, "pending_requests", claimed_right_after_the_look)
+    started = [TASKS[0], task("a1", "running", "ett_tenant_ads")]
+    tick = look(tmp_path, started, {"b1": live("b1", 35.0), "a1": None}, now=NOW + 10)
+    assert tick.withdrawn == [] and tick.pending == ["b1"]
+    assert "its trainer claimed the request meanwhile" in caplog.text
+    assert read_claimed(job_dir(tmp_path, "b1")) == asked
+    assert not list(job_dir(tmp_path, "b1").glob("*.withdrawn.json"))

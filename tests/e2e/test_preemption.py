@@ -6,12 +6,13 @@ high-priority job (tenant `ads`, whose guarantee it is) arrives and waits for th
 The controller (`airflow-ett preemption run --once`, as a platform team runs it) chooses
 the low job and, its periodic saves showing when the next one comes, asks it to yield at
 that checkpoint; it leaves right after it (no exit save) and reschedules itself (no retry
-spent), the high job runs and finishes, the low job resumes from its checkpoint and finishes. Its
-final weights are bitwise those of the same job trained without a preemption, its ETT
-shows the preemption (cause, the decision's reason) and a TTR, and the train task of
-each job ran in its tenant's pool with its slots (the cluster policy). Before that, while
-the low job is still in startup, it is not chosen; and once the tenants file makes the
-GPU the low tenant's guarantee, it is not touched at all.
+spent), the high job runs and finishes, the low job resumes from its checkpoint and
+finishes. Its final weights are bitwise those of the same job trained without a
+preemption, its ETT shows the preemption (cause, the decision's reason) and a TTR, and the
+train task of each job ran in its tenant's pool with its slots (the cluster policy).
+Before that, while the low job is still in startup, and while it is in the middle of a
+(slow) checkpoint save, it is not chosen; and once the tenants file makes the GPU the low
+tenant's guarantee, it is not touched at all.
 
 Both DAGs are train-only lifecycle jobs (no prewarm, publish inside the train task), so
 that the one executor slot is exactly the GPU.
@@ -36,6 +37,8 @@ from airflow_ett.ett.events import (
     AttemptStarted,
     CheckpointSaved,
     JobEnded,
+    PhaseEnded,
+    PhaseStarted,
     Progress,
 )
 from airflow_ett.jobs import job_id_for
@@ -71,11 +74,15 @@ from airflow_ett.operators import training_job
 
 OPTS = {{"compile_cache": False, "standalone_publish": False}}
 # the data pipeline takes 15 s to start: the job is in startup meanwhile; then it saves
-# every 30 steps (about 3 s), so that its cadence is known when the controller looks
+# every 30 steps (about 3 s), so that its cadence is known when the controller looks; its
+# third save, on its first attempt, is slow (20 s: slow storage), so that it is caught
+# mid-save
 low = training_job("pre_low", model="dlrm_tiny", steps=300, tenant="batch", retries=1,
                    checkpoint_interval=30, optimizations=OPTS,
                    trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1,
-                                    "data_startup_latency_s": 15.0}})
+                                    "data_startup_latency_s": 15.0,
+                                    "faults": [{{"kind": "slow_save", "at_step": 90,
+                                                "attempt": 1}}]}})
 high = training_job("pre_high", model="dlrm_tiny", steps=20, tenant="ads", retries=1,
                     checkpoint_interval=1000, optimizations=OPTS, trainer_options={TRAINER!r})
 '''
@@ -103,6 +110,14 @@ def _wait(what: str, check: Any, af: EmbeddedAirflow, timeout: float = 240.0) ->
     raise AssertionError(f"{what}: not within {timeout} s\n{af.log_tail('scheduler')}")
 
 
+def _saving(events: list[Any]) -> bool:
+    """A periodic save of the job has begun and not ended (its phase is open)."""
+    marks = [e for e in events if isinstance(e, PhaseStarted | PhaseEnded)
+             and e.phase == "checkpoint_save_blocking"]
+    started = {e.span for e in marks if isinstance(e, PhaseStarted)}
+    return bool(started - {e.span for e in marks if isinstance(e, PhaseEnded)})
+
+
 def _controller(af: EmbeddedAirflow) -> str:
     done = subprocess.run([str(venv_script("airflow-ett")), "preemption", "run", "--once"],
                           env=af.env, capture_output=True, text=True, timeout=120, check=False)
@@ -117,7 +132,7 @@ def _reference_weights(job_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
 
     config = json.loads((job_dir / "trainer.json").read_text())
     config.update({"checkpoint_dir": str(tmp / "ref" / "ckpt"), "step_sleep_s": 0.0})
-    for managed in ("events_file", "compile_cache_dir"):
+    for managed in ("events_file", "compile_cache_dir", "faults"):  # a slow save: same weights
         config.pop(managed, None)
     path = tmp / "ref" / "trainer.json"
     path.parent.mkdir(parents=True)
@@ -182,6 +197,13 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
     _wait("two periodic saves of the low job (its cadence)",
           lambda: sum(isinstance(e, CheckpointSaved) for e in _events(url, low)) >= 2, af,
           timeout=120.0)
+    # Mid-save (its slow third save), the low job is not a victim either.
+    _wait("the low job's slow save begins", lambda: _saving(_events(url, low)), af,
+          timeout=60.0)
+    mid_save = _controller(af)
+    assert _saving(_events(url, low)), "the slow save ended before the controller looked"
+    assert "not eligible: 1 saving a checkpoint" in mid_save and "asked" not in mid_save, \
+        mid_save
     said = _wait("the controller asks the low job to yield",
                  lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
                  timeout=60.0)

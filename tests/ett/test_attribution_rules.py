@@ -270,6 +270,56 @@ def test_phases_and_saves_are_clipped_to_their_attempt() -> None:
     assert d["csbt_s"] == 3.0  # CSBT is what the trainer reported, not the clipped part
 
 
+@pytest.mark.parametrize(("phase_span", "raw"), [
+    ((2.0, 2.5), 0.5 + 0.5),  # the phase holds the first save: counted once
+    ((2.0, 2.4), 0.4 + 0.5 + 0.5),  # ends before the save's blocking does: both count
+    ((2.1, 3.0), 0.9 + 0.5 + 0.5),  # starts after the save began: both count
+])
+def test_a_save_reported_both_ways_counts_once(phase_span: tuple[float, float],
+                                               raw: float) -> None:
+    """A producer may report `checkpoint_save_blocking` around a save (the reference
+    trainer does, so that a save in progress can be seen) besides its checkpoint_saved;
+    the save's blocking time then counts once, in the raw phases too. The second save
+    (at +6, unreported) counts by its checkpoint_saved alone."""
+    m = Maker()
+    lo, hi = phase_span
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="a"),
+        steps(m, "a", 0.0, 2.0, 0, 20),
+        m(PhaseStarted, ts=lo, attempt="a", phase="checkpoint_save_blocking"),
+        m(PhaseEnded, ts=hi, attempt="a", phase="checkpoint_save_blocking"),
+        m(CheckpointSaved, ts=4.0, start_ts=2.0, attempt="a", step=20, cursor=20,
+          blocking_s=0.5, total_s=2.0),
+        steps(m, "a", 3.0, 6.0, 20, 50),
+        m(CheckpointSaved, ts=7.0, start_ts=6.0, attempt="a", step=50, cursor=50,
+          blocking_s=0.5, total_s=1.0),
+        steps(m, "a", 6.5, 10.0, 50, 90),
+        m(AttemptEnded, ts=10.0, attempt="a", status="success"),
+        m(JobEnded, ts=10.0, status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert d["phases_raw"]["checkpoint_save_blocking"] == pytest.approx(raw)
+    assert d["csbt_s"] == 1.0  # CSBT is the checkpoint_saved's either way
+
+
+def test_a_final_save_inside_the_final_checkpoint_phase_counts_once() -> None:
+    m = Maker()
+    events = [
+        m(JobSubmitted, ts=0.0),
+        m(AttemptStarted, ts=0.0, attempt="a"),
+        steps(m, "a", 0.0, 8.0, 0, 80),
+        m(PhaseStarted, ts=8.0, attempt="a", phase="final_checkpoint"),
+        m(CheckpointSaved, ts=9.5, start_ts=8.0, attempt="a", step=80, cursor=80,
+          blocking_s=1.0, total_s=1.5, final=True),
+        m(PhaseEnded, ts=9.5, attempt="a", phase="final_checkpoint"),
+        m(AttemptEnded, ts=10.0, attempt="a", status="success"),
+        m(JobEnded, ts=10.0, status="success"),
+    ]
+    d = attribute_job(events).to_dict()
+    assert d["phases_raw"]["final_checkpoint"] == 1.5  # not 1.5 + 1.0
+
+
 @pytest.mark.parametrize(("start_id", "end_id"), [("p-a", "p-b"), ("p-b", "p-a")])
 def test_a_phase_that_starts_and_ends_at_one_moment_is_empty(start_id: str,
                                                              end_id: str) -> None:

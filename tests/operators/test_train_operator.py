@@ -369,3 +369,95 @@ def test_a_withdrawn_request_lets_training_go_on_and_a_late_one_falls_back_to_no
     assert ended[0].message == "SIGTERM on request, checkpointed and left: make room"
     assert len(list(job_dir.glob("preempt_request.*.withdrawn.json"))) == 1
     assert len(list(job_dir.glob("preempt_request.*.done.json"))) == 1
+
+
+def test_a_request_withdrawn_after_the_trainer_claimed_it_still_reschedules(
+        ett_home: Path) -> None:
+    """The race the claim closes: the controller withdraws while the trainer, which found
+    the request at a periodic save, is still saving (a slow save holds it there). The
+    claim won: the withdrawal finds nothing, the task's watcher sees the request gone but
+    claimed, so it stands: no restart in place, no failure, a reschedule."""
+    from airflow.exceptions import AirflowRescheduleException
+
+    from airflow_ett.operators.job import job_paths
+    from airflow_ett.scheduling.request import (
+        CLAIMED_FILE,
+        PreemptRequest,
+        read_request,
+        withdraw_request,
+        write_request,
+    )
+
+    slow = [{"kind": "slow_save", "at_step": s, "seconds": 5.0} for s in range(50, 400, 50)]
+    op = operator(restarts=1, config={"steps": 400, "step_sleep_s": 0.02,
+                                      "checkpoint_interval": 50, "faults": slow})
+    released: list[Any] = []
+    withdrawn = op._request_withdrawn
+
+    def release(request: Any) -> None:
+        released.append(request)
+        withdrawn(request)
+
+    op._request_withdrawn = release  # type: ignore[method-assign]
+    job = "ett_test__claimed"
+    thread, outcome = execute_in_thread(op, "claimed", store=DictStateStore())
+    thread.start()
+    _trains(job, thread, outcome)
+    job_dir = job_paths(ett_home / "ett_work", "ett_test", "claimed").job_dir
+    asked = time.time()
+    write_request(job_dir, PreemptRequest(
+        victim=job, for_job="ads__r1", reason="make room", requested_at=asked,
+        grace_s=30.0, resume_after_s=3.0, mode="at_checkpoint", leave_by=asked + 120.0))
+    deadline = time.monotonic() + 60
+    while not (job_dir / CLAIMED_FILE).exists():
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.05)
+    assert withdraw_request(job_dir) is None  # the claim won the rename
+    time.sleep(2.5)  # the watcher has looked: gone, but claimed
+    assert thread.is_alive(), outcome  # still in its slow save
+    thread.join(90)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), AirflowRescheduleException), outcome
+    ended = [e for e in store_events(job) if isinstance(e, AttemptEnded)]
+    assert [(e.attempt, e.cause) for e in ended] == [("1.1", "preemption")]  # no restart
+    assert ended[0].message == "left at its checkpoint on request: make room"
+    assert read_request(job_dir) is None and not (job_dir / CLAIMED_FILE).exists()
+    assert len(list(job_dir.glob("preempt_request.*.done.json"))) == 1
+    assert not list(job_dir.glob("preempt_request.*.withdrawn.json"))
+    assert released == []  # the task never took the request for withdrawn
+
+
+def test_the_watcher_holds_a_request_claimed_before_it_looked_and_puts_old_claims_aside(
+        tmp_path: Path) -> None:
+    """The trainer may claim a request between two looks (even leave on it): the watcher
+    holds it all the same, and no restart in place follows a claim. A claimed file an
+    earlier execution left is put aside before this one's trainer starts."""
+    from airflow_ett.operators.train import _RequestWatcher, _StopLaunches
+    from airflow_ett.scheduling.request import (
+        CLAIMED_FILE,
+        PreemptRequest,
+        claim_request,
+        write_request,
+    )
+
+    def ask(at: float) -> PreemptRequest:
+        request = PreemptRequest(victim="v", for_job="w", reason="r", requested_at=at,
+                                 grace_s=30.0, mode="at_checkpoint", leave_by=at + 600)
+        write_request(tmp_path, request)
+        assert claim_request(tmp_path, since=0.0) == request
+        return request
+
+    ask(time.time() - 60)  # an earlier execution's
+    held: list[Any] = []
+    stop = _StopLaunches(tmp_path)
+    with _RequestWatcher(tmp_path, act=held.append, hold=held.append, poll_s=0.05) as watcher:
+        assert not (tmp_path / CLAIMED_FILE).exists() and not stop.is_set()
+        assert len(list(tmp_path.glob("preempt_request.*.done.json"))) == 1
+        mine = ask(time.time())
+        assert stop.is_set()  # no restart in place, whatever the watcher saw yet
+        deadline = time.monotonic() + 10
+        while not held:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.2)  # more looks: it stands, claimed (not released, not acted on)
+    assert held == [mine] and watcher.request == mine and watcher.final_request() == mine

@@ -32,7 +32,7 @@ from airflow_ett.ett.events import (
     read_events,
 )
 from airflow_ett.ett.timeline import to_s, to_us
-from airflow_ett.scheduling.live import LiveState, live_state, running_job
+from airflow_ett.scheduling.live import UNREPORTED_COMMIT_S, LiveState, live_state, running_job
 from airflow_ett.scheduling.model import Stage
 from tests.factories import T0
 
@@ -155,7 +155,25 @@ def test_a_reported_blocking_save_phase_is_saving_while_open() -> None:
     assert s.stage == "training" and s.saving
     closed = [*events, m(PhaseEnded, 52, attempt="1", phase="checkpoint_save_blocking",
                          span="s1")]
-    assert not running(closed, 52.5).saving
+    # closed, its commit not reported: its background part may still be written
+    assert running(closed, 52.5).saving
+    assert running(closed, 50 + UNREPORTED_COMMIT_S - 0.1).saving
+    assert not running(closed, 50 + UNREPORTED_COMMIT_S).saving  # never reported: bounded
+    committed = [*closed, m.checkpoint("1", 50.5, blocking=1, total=3, cursor=100, at=53.5)]
+    assert not running(committed, 54).saving
+
+
+def test_a_save_whose_commit_is_not_reported_yet_is_saving_for_the_usual_latency() -> None:
+    """The reference trainer opens the phase as a save begins and reports the commit
+    when it lands: between the two, the save is in progress; a commit later than any
+    seen so far in the attempt is not waited for forever."""
+    m = Maker()
+    events = [*first_attempt(m)[:5],
+              m.checkpoint("1", 40, blocking=1, total=4, cursor=100, at=44),  # 4 s to commit
+              m(PhaseStarted, 50, attempt="1", phase="checkpoint_save_blocking", span="s2"),
+              m(PhaseEnded, 51, attempt="1", phase="checkpoint_save_blocking", span="s2")]
+    assert running(events, 53.9).saving
+    assert not running(events, 54.0).saving
 
 
 def test_an_async_save_is_saving_until_its_background_part_is_done_then_committed() -> None:
@@ -468,7 +486,8 @@ def test_a_phase_start_sent_twice_is_closed_by_its_one_end() -> None:
     m = Maker()
     start = m(PhaseStarted, 50, attempt="1", phase="checkpoint_save_blocking")
     events = [*first_attempt(m)[:5], start, start,
-              m(PhaseEnded, 52, attempt="1", phase="checkpoint_save_blocking")]
+              m(PhaseEnded, 52, attempt="1", phase="checkpoint_save_blocking"),
+              m.checkpoint("1", 50.5, blocking=1, total=2, cursor=100, at=52.5)]
     assert not running(events, 53).saving
 
 
@@ -665,3 +684,9 @@ def test_a_real_trainer_run_cut_at_every_event(tmp_path: Path) -> None:
     assert s is not None and s.saving and s.stage == "shutdown"
     assert s.restart_s is not None and s.restart_s > 0
     assert s.since_checkpoint_s is not None  # step 60 and 90 were committed in attempt 2
+    # each periodic save is seen from its start: the trainer opens the phase before it
+    for begun in (e for e in events if isinstance(e, PhaseStarted)
+                  and e.phase == "checkpoint_save_blocking"):
+        cut = live_state([e for e in events if e.ts <= begun.ts], now=begun.ts,
+                         day_start=begun.ts)
+        assert cut is not None and cut.saving, begun

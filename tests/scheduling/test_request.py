@@ -8,16 +8,20 @@ from pathlib import Path
 import pytest
 
 from airflow_ett.scheduling.request import (
+    CLAIMED_FILE,
     LEAVE_BY_MARGIN_S,
     REQUEST_FILE,
     PreemptRequest,
     RequestError,
+    archive_claimed,
     archive_request,
+    claim_request,
+    is_claimed,
     leave_by_for,
-    mark_left,
     parse_request,
+    read_claimed,
     read_request,
-    take_left_mark,
+    take_claimed,
     withdraw_request,
     write_request,
 )
@@ -91,6 +95,10 @@ def test_a_withdrawn_request_is_set_aside_and_kept(tmp_path: Path) -> None:
     ({"grace_s": True}, r"grace_s: True is not a number of seconds"),
     ({"requested_at": float("nan")}, r"requested_at: nan is not a number of seconds"),
     ({"extra": 1}, r"unknown field\(s\) \['extra'\]"),
+    ({"skip_save": "yes"}, r"skip_save: 'yes' is not true or false"),
+    ({"skip_save": 1}, r"skip_save: 1 is not true or false"),
+    ({"skip_save": True, "mode": "at_checkpoint"},
+     r"skip_save: True in a 'at_checkpoint' request \(only a 'now' request"),
 ])
 def test_a_bad_request_names_its_field(change: dict[str, object], message: str) -> None:
     raw = {**json.loads(GOOD.to_json()), **change}
@@ -109,14 +117,104 @@ def test_a_broken_file_is_ignored_not_fatal(tmp_path: Path,
         parse_request("[1]")
 
 
-def test_the_trainers_note_that_it_left_speaks_for_its_request_once(tmp_path: Path) -> None:
-    assert not take_left_mark(tmp_path, GOOD)
-    mark_left(tmp_path, GOOD, step=40)
-    later = PreemptRequest(victim="b", for_job="a", reason="r",
-                           requested_at=GOOD.requested_at + 1, grace_s=1.0)
-    assert not take_left_mark(tmp_path, later)  # another request's note: not this one's
-    assert not (tmp_path / "preempt_left.json").exists()  # and gone
-    mark_left(tmp_path, GOOD, step=40)
-    assert take_left_mark(tmp_path, GOOD) and not take_left_mark(tmp_path, GOOD)
-    (tmp_path / "preempt_left.json").write_text("{half", encoding="utf-8")
-    assert not take_left_mark(tmp_path, GOOD)
+def test_skip_save_round_trips_and_a_version_2_file_without_it_saves(tmp_path: Path) -> None:
+    unsaved = PreemptRequest(victim="b", for_job="a", reason="r", requested_at=100.0,
+                             grace_s=10.0, skip_save=True)
+    write_request(tmp_path, unsaved)
+    assert read_request(tmp_path) == unsaved
+    assert json.loads((tmp_path / REQUEST_FILE).read_text())["skip_save"] is True
+    raw = json.loads(GOOD.to_json())
+    del raw["skip_save"]
+    assert parse_request(json.dumps(raw)).skip_save is False
+    v1 = {**raw, "version": 1}
+    del v1["mode"], v1["leave_by"]
+    assert parse_request(json.dumps(v1)).skip_save is False
+    with pytest.raises(RequestError, match=r"unknown field\(s\) \['skip_save'\] in a version 1"):
+        parse_request(json.dumps({**v1, "skip_save": False}))
+
+
+AT = PreemptRequest(victim="b", for_job="a", reason="r", requested_at=1_800_000_000.0,
+                    grace_s=60.0, mode="at_checkpoint", leave_by=1_800_000_100.0)
+
+
+def test_the_trainer_claims_an_at_checkpoint_request_and_the_task_takes_it_once(
+        tmp_path: Path) -> None:
+    assert claim_request(tmp_path, since=0.0) is None  # none pending
+    write_request(tmp_path, AT)
+    assert claim_request(tmp_path, since=AT.requested_at + 1) is None  # not this attempt's
+    assert read_request(tmp_path) == AT  # left where it was
+    assert claim_request(tmp_path, since=AT.requested_at) == AT
+    assert read_request(tmp_path) is None and read_claimed(tmp_path) == AT
+    assert (tmp_path / CLAIMED_FILE).exists() and is_claimed(tmp_path, AT)
+    other = PreemptRequest(victim="b", for_job="a", reason="r", requested_at=AT.requested_at + 5,
+                           grace_s=60.0, mode="at_checkpoint", leave_by=AT.leave_by)
+    assert not is_claimed(tmp_path, other) and take_claimed(tmp_path, other) is None
+    done = take_claimed(tmp_path, AT, now=1_800_000_000.0)
+    assert done is not None and done.name == "preempt_request.20270115T080000.done.json"
+    assert parse_request(done.read_text()) == AT and read_claimed(tmp_path) is None
+    assert take_claimed(tmp_path, AT) is None and archive_claimed(tmp_path) is None
+
+
+def test_a_now_request_is_never_claimed(tmp_path: Path) -> None:
+    write_request(tmp_path, GOOD)
+    assert claim_request(tmp_path, since=0.0) is None
+    assert read_request(tmp_path) == GOOD and read_claimed(tmp_path) is None
+
+
+def test_claim_and_withdrawal_race_one_rename_wins(tmp_path: Path) -> None:
+    """The race, made deterministic: whichever rename comes first wins, the other finds
+    nothing. Claimed first: the withdrawal is None and the claimed request stands (the
+    task's watcher sees it claimed, the controller keeps the victim yielding)."""
+    write_request(tmp_path, AT)
+    assert claim_request(tmp_path, since=0.0) == AT
+    assert withdraw_request(tmp_path) is None
+    assert is_claimed(tmp_path, AT) and not list(tmp_path.glob("*.withdrawn.json"))
+    # withdrawn first: the trainer finds none and goes on
+    (tmp_path / CLAIMED_FILE).unlink()
+    write_request(tmp_path, AT)
+    assert withdraw_request(tmp_path) is not None
+    assert claim_request(tmp_path, since=0.0) is None and not is_claimed(tmp_path, AT)
+
+
+def test_a_withdrawal_between_the_claims_read_and_rename_leaves_nothing_claimed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's rename lands after the trainer read the request but before its
+    own rename: the trainer's rename fails, and it leaves on nothing."""
+    import airflow_ett.scheduling.request as module
+
+    write_request(tmp_path, AT)
+    real = module._parsed
+
+    def withdrawn_right_after_the_read(path: Path, text: str) -> PreemptRequest | None:
+        got = real(path, text)
+        withdraw_request(tmp_path)
+        return got
+
+    monkeypatch.setattr(module, "_parsed", withdrawn_right_after_the_read)
+    assert claim_request(tmp_path, since=0.0) is None
+    assert read_claimed(tmp_path) is None
+    assert len(list(tmp_path.glob("*.withdrawn.json"))) == 1
+
+
+def test_a_request_replaced_before_the_claim_is_put_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Withdrawn and a new request written between the trainer's read and its rename: the
+    trainer took a request it did not read; it puts it back and leaves on nothing."""
+    import airflow_ett.scheduling.request as module
+
+    write_request(tmp_path, AT)
+    real = module._parsed
+    newer = PreemptRequest(victim="b", for_job="c", reason="r2",
+                           requested_at=AT.requested_at + 9, grace_s=60.0)
+
+    def replaced_right_after_the_read(path: Path, text: str) -> PreemptRequest | None:
+        got = real(path, text)
+        if path.name == REQUEST_FILE:
+            withdraw_request(tmp_path)
+            write_request(tmp_path, newer)
+        return got
+
+    monkeypatch.setattr(module, "_parsed", replaced_right_after_the_read)
+    assert claim_request(tmp_path, since=0.0) is None
+    monkeypatch.setattr(module, "_parsed", real)
+    assert read_request(tmp_path) == newer and read_claimed(tmp_path) is None

@@ -160,3 +160,18 @@ def test_review_escalates_a_checkpoint_that_never_came_and_reports_a_late_now() 
     later = review_requests({"b1": escalated}, tasks, now=due + 2 + 60 + OVERDUE_MARGIN_S)
     assert later.overdue == {"b1": escalated} and later.yielding == {"b1": escalated}
     assert later.escalate == {}  # escalated once only
+
+
+def test_review_keeps_a_claimed_request_yielding_and_only_reports_it_late() -> None:
+    """The trainer claimed it (it is leaving on it): its waiting job gone is no reason to
+    withdraw it, and past the bound it is overdue, not escalated (no second request)."""
+    at = NOW - 1000
+    claimed = request("b1", "gone", at=at, leave_in=100.0, grace=60.0)
+    due = at + 100 + 60 + OVERDUE_MARGIN_S
+    early = review_requests({"b1": claimed}, [], now=at + 10, claimed={"b1"})
+    assert early.yielding == {"b1": claimed} and early.withdraw == {}
+    late = review_requests({"b1": claimed}, [], now=due + 1, claimed={"b1"})
+    assert late.yielding == {"b1": claimed} and late.overdue == {"b1": claimed}
+    assert late.escalate == {} and late.withdraw == {}
+    # the same request unclaimed: withdrawn early
+    assert review_requests({"b1": claimed}, [], now=at + 10).withdraw == {"b1": claimed}

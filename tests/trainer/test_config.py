@@ -20,13 +20,16 @@ def test_toml_file_with_defaults_and_relative_paths(tmp_path: Path) -> None:
         'checkpoint_interval = "auto"\n'
         '[optimizations]\nfast_batch = false\n'
         '[[faults]]\nkind = "raise"\nat_step = 30\nattempt = 1\n'
+        '[[faults]]\nkind = "slow_save"\nat_step = 40\n'
+        '[[faults]]\nkind = "slow_save"\nat_step = 50\nseconds = 2.5\n'
     )
     cfg = load_config(file)
     assert cfg.model == BUNDLED["dlrm_small"]
     assert cfg.checkpoint_dir == tmp_path / "ckpt"
     assert cfg.checkpoint_interval == "auto"
     assert cfg.optimizations.fast_batch is False and cfg.optimizations.parallel_init is True
-    assert cfg.faults == (FaultSpec("raise", 30, 1),)
+    assert cfg.faults == (FaultSpec("raise", 30, 1), FaultSpec("slow_save", 40, None, 20.0),
+                          FaultSpec("slow_save", 50, None, 2.5))
     assert cfg.interval_steps() is None and cfg.interval_seconds() is None
 
 
@@ -122,6 +125,10 @@ MODEL = BUNDLED["dlrm_tiny"].to_dict()
         ({"faults": [{"kind": "kill", "at_step": 2, "attempt": True}]},
          "faults[0].attempt = True: must be an integer"),
         ({"faults": [{"kind": "kill", "at_step": 2, "attemp": 1}]}, "unknown key(s) ['attemp']"),
+        ({"faults": [{"kind": "kill", "at_step": 2, "seconds": 5}]},
+         "faults[0].seconds = 5: is for a 'slow_save' fault only, not 'kill'"),
+        ({"faults": [{"kind": "slow_save", "at_step": 2, "seconds": -1}]},
+         "faults[0].seconds = -1: must be >= 0"),
         ({"faults": [{"kind": "kill", "at_step": 2}, {"kind": "raise", "at_step": 2}]},
          "faults[1] = {'kind': 'raise', 'at_step': 2}: same at_step and attempt as faults[0]"),
         ({"optimizations": ["fast_batch"]}, "optimizations = ['fast_batch']: must be a table"),

@@ -111,7 +111,8 @@ def test_progress_is_flushed_just_before_a_fault_of_this_attempt_only() -> None:
 
 
 def test_fault_kinds_are_the_literal_type() -> None:
-    assert FAULT_KINDS == get_args(FaultKind) == ("raise", "kill", "hang", "sigterm")
+    assert FAULT_KINDS == get_args(FaultKind) == ("raise", "kill", "hang", "sigterm",
+                                                   "slow_save")
 
 
 def test_the_exit_codes_module_imports_the_stdlib_alone() -> None:
@@ -123,3 +124,13 @@ def test_the_exit_codes_module_imports_the_stdlib_alone() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "78 []"
+
+
+def test_a_slow_save_fault_delays_only_its_save_and_fails_nothing() -> None:
+    from airflow_ett.trainer.config import FaultSpec
+    from airflow_ett.trainer.faults import FaultInjector
+
+    injector = FaultInjector((FaultSpec("slow_save", 4, 1, 2.5), FaultSpec("slow_save", 6, 2)),
+                             attempt_number=1)
+    assert [injector.save_delay_s(step) for step in (3, 4, 5, 6)] == [0.0, 2.5, 0.0, 0.0]
+    injector.after_step(4, 0.0)  # nothing happens after the step: it acted in the save

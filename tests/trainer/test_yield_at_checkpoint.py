@@ -1,7 +1,9 @@
 """Leaving when asked, as a process: an `at_checkpoint` preemption request makes an
-attempt leave right after its next periodic save commits, saving nothing more; SIGTERM
-right after a periodic save leaves without saving that step again. Either way the resumed
-job ends bitwise equal to one never interrupted."""
+attempt claim it and leave right after its next periodic save commits, saving nothing
+more; SIGTERM right after a periodic save leaves without saving that step again; SIGTERM
+with a `skip_save` request leaves without saving at all. Either way the resumed job ends
+bitwise equal to one never interrupted (the resumed attempt re-trains from the newest
+checkpoint, deterministically)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,13 @@ import pytest
 import torch
 
 from airflow_ett.ett.events import AttemptEnded, CheckpointSaved, Event, read_events
-from airflow_ett.scheduling.request import PreemptRequest, write_request
+from airflow_ett.scheduling.request import (
+    PreemptRequest,
+    read_claimed,
+    read_request,
+    write_request,
+)
+from airflow_ett.trainer.checkpoint import read_marker
 from airflow_ett.trainer.config import load_config
 from airflow_ett.trainer.faults import EXIT_OK, EXIT_PREEMPTED
 from airflow_ett.trainer.loop import load_final_state
@@ -100,9 +108,11 @@ def test_an_at_checkpoint_request_leaves_right_after_the_next_periodic_save(
     (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
     assert (ended.cause, ended.exit_code) == ("preemption", EXIT_PREEMPTED)
     assert ended.message == f"left at its checkpoint on request: {reason}"
-    note = json.loads((job_dir / "preempt_left.json").read_text())  # for the task
-    assert (note["requested_at"], note["step"]) == (asked, 20)
-    # the request is still there: the next attempt started after it, so it is not its own
+    # claimed before the save (a withdrawal now finds nothing), for the task to archive
+    assert read_request(job_dir) is None
+    claimed = read_claimed(job_dir)
+    assert claimed is not None and claimed.requested_at == asked
+    # the next attempt does not look at a claimed request: it trains to the end
     again = subprocess.run(command(config, "yield", 2), capture_output=True, text=True,
                            timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
@@ -145,11 +155,60 @@ def test_sigterm_right_after_a_periodic_save_leaves_without_saving_again(
     assert_same_weights(clean_run(tmp_path, **fields), config)
 
 
+def committed_steps(checkpoints: Path) -> list[int]:
+    out = []
+    for path in checkpoints.glob("step-*"):
+        try:
+            out.append(int(read_marker(path)["step"]))
+        except (OSError, ValueError):
+            continue  # not committed
+    return sorted(out)
+
+
+@pytest.mark.parametrize("async_checkpoint", [False, True])
+def test_sigterm_with_a_skip_save_request_leaves_at_once_without_saving(
+        tmp_path: Path, async_checkpoint: bool) -> None:
+    """The controller knows the exit save would not fit the grace: SIGTERM at step 21
+    leaves right after that step, no save begun, the next attempt restores the newest
+    committed checkpoint and re-trains from it. Saves made synchronously: that is the
+    periodic one at step 20. Made in the background, step 20's may still be in flight
+    then: it is not waited for (the process exits under it), and step 10 resumes."""
+    fields: dict[str, Any] = {"optimizations": {"async_checkpoint": async_checkpoint}}
+    config = write_config(tmp_path / "job" / "job.json", **fields,
+                          faults=[{"kind": "sigterm", "at_step": 21, "attempt": 1}])
+    job_dir = config.parent
+    reason = "preempted unsaved: its exit save of 5 min does not fit the grace"
+    write_request(job_dir, PreemptRequest(victim="unsaved", for_job="ads__r1", reason=reason,
+                                          requested_at=time.time(), grace_s=30.0,
+                                          skip_save=True))
+    first = subprocess.run(command(config, "unsaved", 1), capture_output=True, text=True,
+                           timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
+    assert first.returncode == EXIT_PREEMPTED, first.stderr[-3000:]
+    assert "leaving at step 21 without saving, as asked" in first.stderr
+    events = events_of(config)
+    newest = committed_steps(job_dir / "ckpt")[-1]
+    assert saves(events, "1") == list(range(10, newest + 1, 10))  # nothing at step 21
+    in_flight = "without waiting for the checkpoint in flight" in first.stderr
+    assert newest == (10 if in_flight else 20)
+    if not async_checkpoint:
+        assert not in_flight
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    assert (ended.cause, ended.exit_code) == ("preemption", EXIT_PREEMPTED)
+    assert ended.message == ("SIGTERM on request, left without saving (its exit save would "
+                             f"not fit the 30 s grace): {reason}")
+    second = subprocess.run(command(config, "unsaved", 2), capture_output=True, text=True,
+                            timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
+    assert second.returncode == EXIT_OK, second.stderr[-3000:]
+    assert f"restored step {newest}" in second.stderr
+    assert saves(events_of(config), "2") == list(range(newest + 10, 61, 10))
+    assert_same_weights(clean_run(tmp_path, **fields), config)
+
+
 @pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
     sys.executable).with_name("torchrun").exists(), reason="torchrun not installed")
 def test_under_torchrun_every_rank_leaves_on_the_same_checkpoint(tmp_path: Path) -> None:
     """Rank 0 reads the request, the checkpoint group carries its verdict: both ranks
-    leave after the same save (no hang), and rank 0 notes it for the task, torchrun
+    leave after the same save (no hang), and the claimed request tells the task, torchrun
     turning the ranks' exit 75 into its own 1."""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     config = write_config(tmp_path / "job" / "job.json", steps=400, checkpoint_interval=5,
@@ -170,10 +229,38 @@ def test_under_torchrun_every_rank_leaves_on_the_same_checkpoint(tmp_path: Path)
         grace_s=30.0, mode="at_checkpoint", leave_by=asked + 60.0))
     rest = proc.communicate(timeout=TIMEOUT)[1]
     assert proc.returncode == 1, rest[-3000:]  # torchrun's word for a rank's exit 75
-    note = json.loads((job_dir / "preempt_left.json").read_text())
+    claimed = read_claimed(job_dir)  # what tells the task, torchrun hiding the exit 75
+    assert claimed is not None and claimed.requested_at == asked
     events = events_of(config)
     steps = saves(events, "1")
-    assert steps == list(range(5, steps[-1] + 1, 5)) and steps[-1] == note["step"] < 400
+    assert steps == list(range(5, steps[-1] + 1, 5)) and steps[-1] < 400
     (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
     assert (ended.cause, ended.message) == ("preemption",
                                             "left at its checkpoint on request: make room")
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
+    sys.executable).with_name("torchrun").exists(), reason="torchrun not installed")
+def test_under_torchrun_every_rank_leaves_without_saving_on_a_skip_save_request(
+        tmp_path: Path) -> None:
+    """Rank 0 reads the request on SIGTERM and every rank gets its verdict (over the
+    checkpoint group, or the default one while a save is in flight): both leave at the
+    same step without saving, and nobody hangs."""
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    config = write_config(tmp_path / "job" / "job.json", steps=400, checkpoint_interval=5,
+                          faults=[{"kind": "sigterm", "at_step": 11, "attempt": 1}])
+    job_dir = config.parent  # step 10's save likely still in flight at step 11
+    write_request(job_dir, PreemptRequest(victim="ddp", for_job="ads__r1", reason="room",
+                                          requested_at=time.time(), grace_s=30.0,
+                                          skip_save=True))
+    done = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", *command(config, "ddp", 1)[1:]],
+        capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=job_dir,
+        env={**env_for(job_dir), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stderr[-3000:]  # torchrun's word for a rank's 75
+    assert done.stderr.count("leaving at step 11 without saving, as asked") == 2
+    events = events_of(config)
+    assert saves(events, "1") in ([5], [5, 10])  # step 10's may have been in flight
+    assert committed_steps(job_dir / "ckpt")[-1] == saves(events, "1")[-1]
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    assert ended.message is not None and "left without saving" in ended.message

@@ -4,15 +4,19 @@ Guarantees: each `phase_started` is paired with the next `phase_ended` of the sa
 (attempt, phase, span), innermost first, and takes the start's component; a start never
 ended runs to its attempt's end (or the job's); an end without a start is dropped with a
 warning. Every interval is clipped to its attempt (the job's window without one), and a
-checkpoint save adds its blocking time (`checkpoint_save_blocking`, or `final_checkpoint`).
-`raw_us` keeps each label's clipped duration with overlaps counted in full. A foreign phase
-name declared under two components stays two labels (`name@component`), so neither
+checkpoint save adds its blocking time (`checkpoint_save_blocking`, or `final_checkpoint`),
+unless the producer reported that phase itself around it (the reference trainer reports
+`checkpoint_save_blocking` as the save starts, so that a save in progress can be seen, and
+`final_checkpoint` around the last save): a save reported both ways counts once, in
+`raw_us` too. `raw_us` keeps each label's clipped duration with overlaps counted in full.
+A foreign phase name declared under two components stays two labels (`name@component`), so neither
 declaration overrides the other, whatever order the events came in. Nothing here decides
 overlaps: that is `precedence`.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -60,7 +64,7 @@ def explicit_phases(collected: Collected, attempts: Sequence[ClosedAttempt],
     intervals: list[Interval] = []
     raw: dict[str, int] = {}
     label_component: dict[str, str] = {}
-    for r in [*reported, *_blocking(collected.checkpoints)]:
+    for r in [*reported, *_blocking(collected.checkpoints, reported)]:
         label_component[r.label] = r.component
         # Every attempt a phase or a save names has its report (collect), so its bounds.
         lo, hi = bounds[r.attempt] if r.attempt is not None else (window.submit, window.end)
@@ -113,12 +117,36 @@ def _pair(marks: Iterable[PhaseStarted | PhaseEnded], ambiguous: list[str],
     return out, unmatched_ends
 
 
-def _blocking(checkpoints: Iterable[CheckpointSaved]) -> list[_Reported]:
-    """The time each checkpoint save blocked the train loop, as a reported phase."""
+def _blocking(checkpoints: Iterable[CheckpointSaved],
+              reported: Sequence[_Reported]) -> list[_Reported]:
+    """The time each checkpoint save blocked the train loop, as a reported phase, unless
+    a phase of that label and attempt reported by the producer already holds it."""
+    spans: dict[tuple[str | None, str], list[tuple[int, int]]] = {}
+    for r in reported:
+        if r.label in ("checkpoint_save_blocking", "final_checkpoint"):
+            spans.setdefault((r.attempt, r.label), []).append((r.start, r.end))
+    held = {key: _Held(sorted(found)) for key, found in spans.items()}
     out = []
     for c in checkpoints:
         s = to_us(c.start_ts)
+        e = s + to_us(c.blocking_s)
         label = "final_checkpoint" if c.final else "checkpoint_save_blocking"
-        out.append(_Reported(c.attempt, s, s + to_us(c.blocking_s), label,
-                             PHASES[label].component))
+        within = held.get((c.attempt, label))
+        if within is None or not within.holds(s, e):
+            out.append(_Reported(c.attempt, s, e, label, PHASES[label].component))
     return out
+
+
+class _Held:
+    """Reported spans of one label and attempt: does one of them hold [start, end]?"""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
+        self.starts = [lo for lo, _ in spans]
+        self.reach: list[int] = []  # the furthest end of the spans up to each one
+        for _, hi in spans:
+            self.reach.append(max(hi, self.reach[-1]) if self.reach else hi)
+
+    def holds(self, start: int, end: int) -> bool:
+        """Some span starting at or before `start` ends at or after `end`."""
+        i = bisect.bisect_right(self.starts, start)
+        return i > 0 and self.reach[i - 1] >= end
