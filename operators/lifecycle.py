@@ -177,7 +177,8 @@ def training_job(
         (also decides whether there is a prewarm task), `async_checkpoint`,
         `standalone_publish` (publish on CPU after the GPU task; off: inside it). All on
         by default.
-    :param faults: injected failures, `[{kind: raise|kill|hang, at_step, attempt}]`
+    :param faults: injected failures, `[{kind: raise|kill|hang|sigterm|slow_save, at_step,
+        attempt}]` (a `slow_save` may say `seconds`)
         (the trigger form's `inject_fault` overrides them per run).
     :param trainer_options: any other trainer config field (batch_size, seed,
         step_sleep_s, data_startup_latency_s, num_workers, grace_s, keep_last,

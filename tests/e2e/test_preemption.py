@@ -79,10 +79,9 @@ OPTS = {{"compile_cache": False, "standalone_publish": False}}
 # mid-save
 low = training_job("pre_low", model="dlrm_tiny", steps=300, tenant="batch", retries=1,
                    checkpoint_interval=30, optimizations=OPTS,
+                   faults=[{{"kind": "slow_save", "at_step": 90, "attempt": 1}}],
                    trainer_options={{**{TRAINER!r}, "step_sleep_s": 0.1,
-                                    "data_startup_latency_s": 15.0,
-                                    "faults": [{{"kind": "slow_save", "at_step": 90,
-                                                "attempt": 1}}]}})
+                                    "data_startup_latency_s": 15.0}})
 high = training_job("pre_high", model="dlrm_tiny", steps=20, tenant="ads", retries=1,
                     checkpoint_interval=1000, optimizations=OPTS, trainer_options={TRAINER!r})
 '''
