@@ -198,13 +198,16 @@ def write_request(job_dir: Path, request: PreemptRequest) -> Path:
 
 def read_request(job_dir: Path) -> PreemptRequest | None:
     """The pending request, or None (none, or one that cannot be used: logged)."""
-    path = request_path(job_dir)
+    return _read(request_path(job_dir), "preemption request")
+
+
+def _read(path: Path, what: str) -> PreemptRequest | None:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:
-        log.warning("preemption request %s cannot be read: %s", path, exc)
+        log.warning("%s %s cannot be read: %s", what, path, exc)
         return None
     return _parsed(path, text)
 
@@ -273,15 +276,7 @@ def claim_request(job_dir: Path, *, since: float) -> PreemptRequest | None:
 
 def read_claimed(job_dir: Path) -> PreemptRequest | None:
     """The request the trainer claimed to leave on, or None (none; unusable: logged)."""
-    path = claimed_path(job_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        log.warning("claimed preemption request %s cannot be read: %s", path, exc)
-        return None
-    return _parsed(path, text)
+    return _read(claimed_path(job_dir), "claimed preemption request")
 
 
 def is_claimed(job_dir: Path, request: PreemptRequest) -> bool:

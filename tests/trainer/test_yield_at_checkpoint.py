@@ -7,7 +7,6 @@ checkpoint, deterministically)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -30,22 +29,11 @@ from airflow_ett.trainer.checkpoint import read_marker
 from airflow_ett.trainer.config import load_config
 from airflow_ett.trainer.faults import EXIT_OK, EXIT_PREEMPTED
 from airflow_ett.trainer.loop import load_final_state
+from tests.trainer.test_trainer_e2e import write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TIMEOUT = 240
-
-
-def write_config(path: Path, **fields: Any) -> Path:
-    base: dict[str, Any] = {
-        "model": "dlrm_tiny", "steps": 60, "batch_size": 64, "checkpoint_dir": "ckpt",
-        "checkpoint_interval": 10, "num_workers": 0, "compile": False,
-        "events_file": "events.jsonl", "log_every_s": 1.0, "seed": 11,
-    }
-    base.update(fields)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(base))
-    return path
 
 
 def command(config: Path, job: str, number: int) -> list[str]:
