@@ -160,7 +160,8 @@ def test_sigterm_with_a_skip_save_request_leaves_at_once_without_saving(
     leaves right after that step, no save begun, the next attempt restores the newest
     committed checkpoint and re-trains from it. Saves made synchronously: that is the
     periodic one at step 20. Made in the background, step 20's may still be in flight
-    then: it is not waited for (the process exits under it), and step 10 resumes."""
+    then: it is not waited for (the process exits under it), and step 10 resumes
+    (or step 20, if its write landed before the exit all the same)."""
     fields: dict[str, Any] = {"optimizations": {"async_checkpoint": async_checkpoint}}
     config = write_config(tmp_path / "job" / "job.json", **fields,
                           faults=[{"kind": "sigterm", "at_step": 21, "attempt": 1}])
@@ -177,7 +178,9 @@ def test_sigterm_with_a_skip_save_request_leaves_at_once_without_saving(
     newest = committed_steps(job_dir / "ckpt")[-1]
     assert saves(events, "1") == list(range(10, newest + 1, 10))  # nothing at step 21
     in_flight = "without waiting for the checkpoint in flight" in first.stderr
-    assert newest == (10 if in_flight else 20)
+    # Not waited for, step 20's background write may still land before the process is
+    # gone (seen under load); waited for, it always has.
+    assert newest in ((10, 20) if in_flight else (20,))
     if not async_checkpoint:
         assert not in_flight
     (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
