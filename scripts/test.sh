@@ -70,6 +70,21 @@ ensure_chromium() {
     fi
 }
 
+# The compose-file tests (tests/docker) validate docker/compose.yaml with a real compose
+# implementation, Debian's docker-compose (no container engine needed); install it when we
+# can, as for chromium. Elsewhere those tests fail with the install command as their reason.
+ensure_docker_compose() {
+    command -v docker-compose >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing docker-compose (apt-get) for the compose-file tests"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null \
+            || say "docker-compose could not be installed: the compose tests will fail"
+    else
+        say "no docker-compose (apt-get install docker-compose): the compose tests will fail"
+    fi
+}
+
 failed=()
 
 say "ruff check ."
@@ -81,6 +96,7 @@ mypy -p airflow_ett || failed+=("mypy")
 start_postgres
 start_redis
 ensure_chromium
+ensure_docker_compose
 
 say "pytest $*"
 rc=0
