@@ -36,6 +36,26 @@ def _quote(value: str) -> str:
     return urllib.parse.quote(value, safe="")
 
 
+def _commands(components: Sequence[str] | Mapping[str, Sequence[str]]
+              ) -> dict[str, tuple[str, ...]]:
+    """Component name -> its `airflow` CLI arguments; names alone must be Airflow's own."""
+    if isinstance(components, Mapping):
+        commands = {}
+        for name, args in components.items():
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"component name {name!r}: must be a non-empty name "
+                                 "without '/' (it names the log file)")
+            if isinstance(args, str) or not args or not all(isinstance(a, str) for a in args):
+                raise ValueError(f"component {name!r}: arguments {args!r} must be a "
+                                 "non-empty list of strings")
+            commands[name] = tuple(args)
+        return commands
+    unknown = [c for c in components if c not in KNOWN_COMPONENTS]
+    if unknown:
+        raise ValueError(f"unknown components {unknown}; known: {sorted(KNOWN_COMPONENTS)}")
+    return {name: (name,) for name in components}
+
+
 class EmbeddedAirflow:
     """One Airflow installation in `home`, its components run as child processes.
 
@@ -119,22 +139,32 @@ class EmbeddedAirflow:
         return run_tree([str(venv_script("airflow-ett")), *args], env=self.env,
                         timeout=timeout)
 
-    def start(self, components: Sequence[str] = DEFAULT_COMPONENTS) -> None:
+    def start(self, components: Sequence[str] | Mapping[str, Sequence[str]]
+              = DEFAULT_COMPONENTS,
+              env_of: Mapping[str, Mapping[str, str]] | None = None) -> None:
         """Start each component as its own process group, logging to logs/embedded/<name>.log.
+
+        `components` names Airflow's own (`dag-processor`, `scheduler`, `triggerer`,
+        `api-server`), or maps a name of one's choosing to the `airflow` CLI arguments it
+        runs (a Celery worker: `{"worker-gpu": ("celery", "worker", "--queues", "gpu")}`);
+        `env_of` adds to one component's environment (its own log-server port).
 
         Call it from a thread that lives as long as the components (the main thread): on
         Linux they get SIGTERM when the thread that started them ends, so that a parent
         killed with SIGKILL leaves nothing running.
         """
-        unknown = [c for c in components if c not in KNOWN_COMPONENTS]
-        if unknown:
-            raise ValueError(f"unknown components {unknown}; known: {sorted(KNOWN_COMPONENTS)}")
+        commands = _commands(components)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         exe = str(airflow_executable())
         if self._started_utc is None:
             self._started_utc = datetime.now(UTC)
         self._start_called = time.monotonic()
-        self._components.start(components, exe=exe, env=self.env, cwd=self.home)
+        self._components.start(commands, exe=exe, env=self.env, cwd=self.home, env_of=env_of)
+
+    def kill(self, component: str) -> list[int]:
+        """SIGKILL a started component's whole process tree (a lost host: a Celery worker
+        with the tasks it runs); returns the pids killed. `start` brings it back."""
+        return self._components.kill(component)
 
     @property
     def pids(self) -> dict[str, int]:
@@ -271,11 +301,12 @@ class EmbeddedAirflow:
         return str(body.get("state"))
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        """The run's task instances: task_id, map_index, try_number, state, dates, duration."""
+        """The run's task instances: task_id, map_index, try_number, state, dates, duration,
+        queue, hostname."""
         body = self.api("GET", f"/api/v2/dags/{_quote(dag_id)}/dagRuns/{_quote(run_id)}"
                         "/taskInstances?limit=100")
         keys = ("task_id", "map_index", "try_number", "state", "start_date", "end_date",
-                "duration")
+                "duration", "queue", "hostname")
         rows = [{k: ti.get(k) for k in keys} for ti in body.get("task_instances", [])]
         return sorted(rows, key=lambda r: (r["start_date"] or "~", r["task_id"]))
 

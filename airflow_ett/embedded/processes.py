@@ -75,24 +75,30 @@ class Components:
     def __iter__(self) -> Iterator[str]:
         return iter(self._started)
 
-    def start(self, names: Sequence[str], *, exe: str, env: Mapping[str, str],
-              cwd: Path) -> None:
-        """Start each of `names` not running yet, as its own session and process group.
+    def start(self, commands: Mapping[str, Sequence[str]], *, exe: str,
+              env: Mapping[str, str], cwd: Path,
+              env_of: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        """Start each component of `commands` (name -> the `airflow` CLI arguments it runs)
+        not running yet, as its own session and process group, with `env` and, for a
+        component named in `env_of`, its own additions (a worker's log-server port).
 
         Call it from a thread that lives as long as the components (the main thread): on
         Linux they get SIGTERM when the thread that started them ends, so that a parent
         killed with SIGKILL leaves nothing running.
         """
-        for name in names:
+        for name, args in commands.items():
             if name in self._started and self._started[name].process.poll() is None:
                 continue
+            self._forget(name)
             log_path = self.log_dir / f"{name}.log"
             log_file = log_path.open("ab")
             offset = log_file.tell()
-            log_file.write(f"=== {datetime.now(UTC).isoformat()} airflow {name} ===\n".encode())
+            shown = " ".join(args)
+            log_file.write(f"=== {datetime.now(UTC).isoformat()} airflow {shown} ===\n".encode())
             log_file.flush()
             process = subprocess.Popen(
-                [exe, name], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                [exe, *args], env={**env, **(env_of or {}).get(name, {})}, cwd=cwd,
+                stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT,
                 # Own session and group: Ctrl-C in our terminal does not reach it (stop()
                 # orders the shutdown), and the group can be signalled as a whole.
@@ -100,6 +106,25 @@ class Components:
             )
             self._started[name] = _Component(name, process, log_path, offset, log_file)
             self._tree.add_root(process, group=True)
+
+    def kill(self, name: str) -> list[int]:
+        """SIGKILL one component and every process below it (a host lost: nothing gets to
+        clean up); returns their pids. The component can be started again."""
+        comp = self._started.get(name)
+        if comp is None:
+            raise KeyError(f"{name!r} was not started; started: {sorted(self._started)}")
+        tree = ProcessTree()
+        tree.add_root(comp.process, group=True)
+        killed = tree.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            comp.process.wait(timeout=5.0)
+        self._forget(name)
+        return killed
+
+    def _forget(self, name: str) -> None:
+        comp = self._started.pop(name, None)
+        if comp is not None:
+            comp.log_file.close()
 
     @property
     def pids(self) -> dict[str, int]:

@@ -16,6 +16,9 @@ from typing import Any
 from airflow_ett.embedded.auth import ADMIN_USER, PASSWORD_FILE, admin_password
 from airflow_ett.embedded.errors import EmbeddedAirflowError
 
+#: How many times a GET that timed out is sent (10 s each).
+READ_TRIES = 3
+
 
 class RestClient:
     """The REST API at `base_url`, with the admin password the api-server wrote in `home`.
@@ -76,13 +79,26 @@ class RestClient:
         """Call the REST API as `admin` (`path` like `/api/v2/dags`); other statuses raise."""
         if self._token is None:
             self.login()
-        status, answer = self.http(method, path, body, token=self._token)
+        status, answer = self._send(method, path, body)
         if status == 401:  # expired, or the api-server restarted with a new key
             self.login()
-            status, answer = self.http(method, path, body, token=self._token)
+            status, answer = self._send(method, path, body)
         if status not in set(expect):
             raise EmbeddedAirflowError(f"{method} {path} answered {status}: {answer}")
         return answer
+
+    def _send(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """A read that times out is asked again (a busy api-server, two cores shared with
+        a Celery cluster's tasks, can take longer than one timeout): it changes nothing.
+        A write is sent once: repeated, it could act twice."""
+        tries = READ_TRIES if method == "GET" else 1
+        for left in range(tries - 1, -1, -1):
+            try:
+                return self.http(method, path, body, token=self._token)
+            except TimeoutError:
+                if not left:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def health(self) -> dict[str, Any] | None:
         """GET /api/v2/monitor/health (no login needed), or None while nothing answers."""

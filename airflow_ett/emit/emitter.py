@@ -338,6 +338,19 @@ class Emitter:
         writer = self._writer
         return writer.stats if writer is not None else EmitterStats()
 
+    def delivery(self) -> dict[str, Any]:
+        """What this process's writer did with the events it was given, for a reconciler
+        to count against the store: every id it made starts with `id_prefix`; `sent`
+        reached the store or a spool that is replayed into it; `lost` did not (dropped,
+        or rejected as invalid). Exact once the writer is closed."""
+        writer = self._writer
+        if writer is None:
+            return {"id_prefix": None, "sent": 0, "lost": 0}
+        stats = writer.stats
+        return {"id_prefix": writer.ids.prefix,
+                "sent": stats.written + stats.spooled + stats.overflowed,
+                "lost": stats.dropped + stats.rejected}
+
     def __enter__(self) -> Emitter:
         return self
 

@@ -357,7 +357,7 @@ class EttListener:
     def _record_try(self, t: TaskTry, ts: float | None) -> None:
         now = time.time() if ts is None else ts
 
-        def record() -> None:
+        def record(on_background: bool = False) -> None:
             emitter = self._emitter().bind(t.job)
             emitter.task_state(t.dag_id, t.task_id, t.state, try_number=t.try_number,
                                map_index=t.map_index, source=t.source, message=t.message,
@@ -366,6 +366,11 @@ class EttListener:
             if t.state == "up_for_retry" and t.retry_delay_s and t.source != "api":
                 span = emitter.phase_start("retry_delay", ts=now)
                 emitter.phase_end("retry_delay", span, ts=now + t.retry_delay_s)
+            if t.source == "scheduler" and t.state in ("up_for_retry", "failed"):
+                if on_background:
+                    self._close_lost_attempts(t, now)
+                else:
+                    self._background.submit(lambda: self._close_lost_attempts(t, now))
 
         if t.recording is not None:
             if t.recording.recorded:
@@ -376,9 +381,28 @@ class EttListener:
         # the store knows, which it checks off the request's thread.
         def if_known() -> None:
             if self._job_known(t.job) is not None:
-                record()
+                record(on_background=True)
 
         self._background.submit(if_known)
+
+    def _close_lost_attempts(self, t: TaskTry, detected: float) -> None:
+        """The scheduler failed a try from outside (its worker stopped heartbeating: a
+        lost host, a SIGKILLed worker): the trainer attempts still open died with it.
+        Each is closed as an infrastructure failure detected now; the retry's attempt
+        then restores from the newest checkpoint. On the background thread: it reads
+        the store, and an attempt that reported its end meanwhile is left alone."""
+        from airflow_ett.ett.open_attempts import open_attempts
+
+        if self._job_known(t.job) is None:
+            return
+        why = (f"task {t.task_id} try {t.try_number} was failed by the scheduler "
+               "(its worker stopped heartbeating: lost with it)")
+        if t.message:
+            why = f"{why}: {t.message}"
+        for attempt in open_attempts(self._store.job_events(t.job)):
+            self._emitter().bind(t.job, attempt).attempt_ended(
+                "failed", "infra", detected_ts=detected, message=why[:MESSAGE_CHARS],
+                ts=detected)
 
     # -- process lifecycle ---------------------------------------------------------------
 

@@ -21,15 +21,12 @@ that the one executor slot is exactly the GPU.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
 from airflow_ett.ett.events import (
@@ -43,6 +40,7 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore, upgrade
+from tests.reference_run import assert_same_weights, reference_weights
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -122,26 +120,6 @@ def _controller(af: EmbeddedAirflow) -> str:
                           env=af.env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
-
-
-def _reference_weights(job_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
-    """The low job's own trainer config, trained once without Airflow or preemption."""
-    from airflow_ett.trainer.config import load_config
-    from airflow_ett.trainer.loop import load_final_state
-
-    config = json.loads((job_dir / "trainer.json").read_text())
-    config.update({"checkpoint_dir": str(tmp / "ref" / "ckpt"), "step_sleep_s": 0.0})
-    for managed in ("events_file", "compile_cache_dir", "faults"):  # a slow save: same weights
-        config.pop(managed, None)
-    path = tmp / "ref" / "trainer.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(config))
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow_ett.trainer", "--config", str(path), "--job-id", "ref",
-         "--attempt-number", "1"], capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "AIRFLOW__ETT__DISABLED": "True"}, cwd=path.parent)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return load_final_state(load_config(path))
 
 
 def _a_tenant_at_its_guarantee_is_not_touched(af: EmbeddedAirflow, url: str,
@@ -243,10 +221,7 @@ def _the_low_job_lost_nothing(url: str, low_run: str, high_run: str, tmp: Path) 
     (request,) = job_dir.glob("preempt_request.*.done.json")
     assert json.loads(request.read_text())["mode"] == "at_checkpoint"
     got = load_final_state(load_config(job_dir / "trainer.json"))
-    want = _reference_weights(job_dir, tmp)
-    assert want.keys() == got.keys()
-    for name in want:
-        assert torch.equal(want[name], got[name]), f"{name} differs after the preemption"
+    assert_same_weights(reference_weights(job_dir, tmp), got, "after the preemption")
 
 
 def test_a_high_priority_job_preempts_a_borrower_that_resumes_losing_nothing(

@@ -308,3 +308,61 @@ def test_redaction_that_fails_records_nothing_of_the_value(
     (submitted,) = [e for e in got if isinstance(e, JobSubmitted)]
     assert submitted.attrs["conf"] == "<redaction-failed>"
     assert [e.message for e in got if isinstance(e, TaskStateChanged)] == ["<redaction-failed>"]
+
+
+def _attempt_events(url: str, *attempts: str) -> None:
+    """A trainer's attempts as it reports them: each started; all but the last ended."""
+    from airflow_ett.ett.events import AttemptEnded, AttemptStarted
+
+    with EttStore(url) as store:
+        base = QUEUED.timestamp()
+        batch: list[Any] = [JobSubmitted(id="s", job="ranking__manual__1", ts=base)]
+        for i, attempt in enumerate(attempts):
+            batch.append(AttemptStarted(id=f"a{i}", job="ranking__manual__1", ts=base + 10 + i,
+                                        attempt=attempt))
+            if i + 1 < len(attempts):
+                batch.append(AttemptEnded(id=f"e{i}", job="ranking__manual__1",
+                                          ts=base + 11 + i, attempt=attempt, status="failed",
+                                          cause="application"))
+        store.insert_events(batch)
+
+
+@pytest.mark.parametrize("task", [worker_ti("up_for_retry"), api_ti("up_for_retry")],
+                         ids=["task-attached", "no-task"])
+def test_a_try_the_scheduler_fails_closes_the_attempt_its_lost_worker_ran_as_infra(
+        listener: EttListener, url: str, task: Any) -> None:
+    """A worker's process tree SIGKILLed: nobody is left to end the trainer's attempt; the
+    scheduler's heartbeat check fails the try from outside (with the task attached, or,
+    on the heartbeat path, without it): the open attempt ends there, cause infra."""
+    from airflow_ett.ett.events import AttemptEnded
+
+    _attempt_events(url, "1.1", "1.2")
+    ti = SimpleNamespace(**{**vars(task), "try_number": 1})
+    listener.on_task_instance_failed("running", ti, "Task did not emit heartbeat")
+    got = [e for e in events(listener, url) if isinstance(e, AttemptEnded)]
+    assert [(e.attempt, e.cause) for e in got] == [("1.1", "application"), ("1.2", "infra")]
+    lost = got[1]
+    assert lost.status == "failed" and lost.detected_ts == lost.ts
+    assert "failed by the scheduler" in str(lost.message)
+    assert "Task did not emit heartbeat" in str(lost.message)
+
+
+def test_a_worker_side_failure_or_an_ended_attempt_is_not_closed_again(
+        listener: EttListener, url: str) -> None:
+    from airflow_ett.ett.events import AttemptEnded
+
+    _attempt_events(url, "1.1", "1.2")
+    # on the worker: the operator reports its own attempts' ends; nothing is inferred
+    listener.on_task_instance_failed("running", worker_ti("up_for_retry"), "boom")
+    assert [e.attempt for e in events(listener, url) if isinstance(e, AttemptEnded)] == ["1.1"]
+    # the scheduler, for a job whose attempts all ended: nothing to close
+    _attempt_events(url, "1.1", "1.2", "1.3")  # 1.2 ends now; 1.3 is open
+    with EttStore(url) as store:
+        store.insert_events([AttemptEnded(id="e-last", job="ranking__manual__1",
+                                          ts=QUEUED.timestamp() + 20, attempt="1.3",
+                                          status="success")])
+    ti = SimpleNamespace(**{**vars(worker_ti("failed")), "try_number": 2})
+    listener.on_task_instance_failed("running", ti, "Executor reported the task as failed")
+    ends = [e for e in events(listener, url) if isinstance(e, AttemptEnded)]
+    assert sorted((e.attempt, e.cause) for e in ends) == [
+        ("1.1", "application"), ("1.2", "application"), ("1.3", None)]
