@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from airflow_ett._fs import atomic_write
-from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
+from airflow_ett.trainer.config import (
+    ConfigError,
+    TrainerConfig,
+    check_fault_ranks,
+    config_from_mapping,
+)
 from airflow_ett.trainer.faults import FAULT_KINDS as TRAINER_FAULT_KINDS
 from airflow_ett.trainer.preflight import check_parse_time_memory
 from airflow_ett.trainer.readers import Reader
@@ -80,6 +85,7 @@ def check_trainer_config(config: Mapping[str, Any], *, nproc: int = 1) -> Traine
                              f"operators (under [ett] work_dir); remove them")
     try:
         cfg = config_from_mapping({**config, "checkpoint_dir": "/nonexistent/validate"})
+        check_fault_ranks(cfg.faults, nproc)  # a fault aimed at rank 3 of 2: at parse time
         check_parse_time_memory(cfg.model, cfg.batch_size, prefetch=cfg.prefetch,
                                 num_workers=cfg.num_workers, nproc=nproc,
                                 reader=Reader("trainer config", ConfigError))

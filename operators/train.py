@@ -5,12 +5,18 @@ the task log, and restarts it in place after a failure a restart can heal: no tr
 through the scheduler, no new placement, which is the cheapest recovery there is. Only
 when the in-place restarts are spent does the failure go to Airflow's retry (a new try,
 maybe on another worker), which restores from the same checkpoints. Each failure's cause
-comes from the exit code or signal (`airflow_ett.trainer.launcher.classify_exit`); a
-config the trainer refuses fails the task without retries.
+comes from the exit code or signal (`airflow_ett.trainer.launcher.classify_exit`), and
+under torchrun (`nproc` > 1), whose exit code is 1 for any failed rank, from the rank
+whose failure the others followed (`classify_ranks`, docs/decisions/0017-multi-rank.md):
+a SIGKILLed rank is infra, a rank that raised is application. A config the trainer
+refuses (exit 78, on any rank) fails the task without retries; the exception, the retry
+and the ETT `attempt_ended` cause agree, since they all come from that one class.
 
 The operator also records what the trainer cannot: an attempt's start as the launcher
-sees it, the end of an attempt that was killed (a SIGKILLed process says nothing), and
-the moment the job releases its GPUs (`job_ended`), which is where E2E stops.
+sees it, the end of an attempt that was killed (a SIGKILLed process says nothing) or
+whose root cause rank 0 did not report itself (a peer rank's death: rank 0 saw only the
+error it caused), and the moment the job releases its GPUs (`job_ended`), which is where
+E2E stops. Multi-node: docs/multi-node.md (one launcher task per job).
 
 Preemption on request (`airflow_ett/scheduling/request.py`): while the trainer runs, the
 task watches its job directory for the preemption controller's request. A `now` request:

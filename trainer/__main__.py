@@ -5,6 +5,11 @@ Job and attempt ids come from the arguments or the environment (`ETT_JOB_ID`,
 `ETT_ATTEMPT_ID`, `ETT_ATTEMPT_NUMBER`), which is how the Airflow operator passes them.
 Exit codes: 0 done, 1 application error, 75 preempted and checkpointed (resumable),
 78 bad configuration (retrying will not help).
+
+Under a launcher that sets `ETT_EXIT_DIR` (ours does under torchrun, which hides every
+rank's exit code behind its own 1), each rank also leaves an exit record there
+(`faults.ExitRecord`): how it ended, for `trainer/rank_failures.py` to find the root
+cause of a multi-rank failure.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ import sys  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
 # imports the stdlib alone at run time: cheap enough before the arguments are read
-from airflow_ett.trainer.faults import EXIT_BAD_CONFIG  # noqa: E402
+from airflow_ett.trainer.faults import (  # noqa: E402
+    EXIT_APPLICATION,
+    EXIT_BAD_CONFIG,
+    die_on_sigterm_recorded,
+    exit_record,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,6 +48,31 @@ def _env_attempt_number() -> int | str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One attempt (of this rank); its exit, however it comes, goes into the exit record."""
+    exit_record.start()
+    if exit_record.active:
+        die_on_sigterm_recorded()
+    code, error = EXIT_APPLICATION, None
+    try:
+        code = _main(argv)
+        return code
+    except SystemExit as exc:
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else (
+            EXIT_APPLICATION)
+        raise
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        exit_record.exit(code, error)
+
+
+def _world_size() -> int:
+    raw = os.environ.get("WORLD_SIZE", "1")
+    return int(raw) if raw.strip().isdigit() and int(raw) > 0 else 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser = _Parser(
         prog="python -m airflow_ett.trainer", description=__doc__.splitlines()[0]
     )
@@ -74,12 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("airflow_ett").setLevel(level)
 
     from airflow_ett.trainer import TorchRecMissingError, require_torchrec
-    from airflow_ett.trainer.config import ConfigError, load_config
+    from airflow_ett.trainer.config import ConfigError, check_fault_ranks, load_config
     from airflow_ett.trainer.preflight import preflight
 
     try:
         require_torchrec()
         cfg = load_config(args.config)
+        check_fault_ranks(cfg.faults, _world_size())
         # before any allocation, compile or restore: what cannot work fails in a line
         preflight(cfg, prewarm=args.prewarm, prewarm_world_size=args.prewarm_world_size)
     except (ConfigError, TorchRecMissingError) as exc:

@@ -32,12 +32,27 @@ class FaultSpec:
     process (an infra failure nobody reports), `hang` stops making progress until killed,
     `sigterm` asks it to leave as a preemption does; `slow_save` makes the periodic save
     at that step block `seconds` longer (slow storage: what a save in progress looks like
-    to the preemption controller), and fails nothing."""
+    to the preemption controller), and fails nothing.
+
+    `rank`: the one rank of a torchrun job it hits (None, the default: every rank, as a
+    fault hit every rank before ranks could be named; a fault meant to show one rank's
+    failure, a lost host, names it). It must be below the job's world size, which is
+    known only when the trainer runs: `check_fault_ranks` says so there (exit 78)."""
 
     kind: FaultKind
     at_step: int
     attempt: int | None = None
     seconds: float = SLOW_SAVE_S
+    rank: int | None = None
+
+
+def check_fault_ranks(faults: tuple[FaultSpec, ...], world_size: int) -> None:
+    """Every fault's `rank` names a rank of this job; `ConfigError` naming the first that
+    does not (a fault aimed at rank 3 of a 2-rank job would silently never fire)."""
+    for i, spec in enumerate(faults):
+        if spec.rank is not None and spec.rank >= world_size:
+            raise _bad(f"faults[{i}].rank", spec.rank,
+                       f"must be below the job's world size ({world_size})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +131,7 @@ def _interval(value: object) -> int | str:
     raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
 
 
-_FAULT_KEYS = ("kind", "at_step", "attempt", "seconds")
+_FAULT_KEYS = ("kind", "at_step", "attempt", "seconds", "rank")
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -145,14 +160,26 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
                 raise _bad(f"faults[{i}].seconds", item["seconds"],
                            f"is for a 'slow_save' fault only, not {kind!r}")
             seconds = _R.number(f"faults[{i}].seconds", item["seconds"], minimum=0.0)
-        out.append(FaultSpec(kind, at_step, attempt, seconds))
-    seen: dict[tuple[int, int | None], int] = {}
-    for i, spec in enumerate(out):
-        if (spec.at_step, spec.attempt) in seen:  # the injector keeps one fault per step
-            raise _bad(f"faults[{i}]", raw[i], f"same at_step and attempt as "
-                                               f"faults[{seen[spec.at_step, spec.attempt]}]")
-        seen[spec.at_step, spec.attempt] = i
+        rank = item.get("rank")
+        if rank is not None:
+            rank = _R.integer(f"faults[{i}].rank", rank, minimum=0)
+        out.append(FaultSpec(kind, at_step, attempt, seconds, rank))
+    _no_overlap(out, raw)
     return tuple(out)
+
+
+def _no_overlap(faults: list[FaultSpec], raw: list[Any] | tuple[Any, ...]) -> None:
+    """The injector keeps one fault per step of an attempt on a rank: two that would both
+    fire there are an error naming the second."""
+    for i, spec in enumerate(faults):
+        for j, other in enumerate(faults[:i]):
+            if (spec.at_step, spec.attempt) != (other.at_step, other.attempt):
+                continue
+            if spec.rank is None and other.rank is None:
+                raise _bad(f"faults[{i}]", raw[i], f"same at_step and attempt as faults[{j}]")
+            if spec.rank is None or other.rank is None or spec.rank == other.rank:
+                raise _bad(f"faults[{i}]", raw[i], f"same at_step and attempt as faults[{j}], "
+                                                   "on a rank both hit")
 
 
 def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None

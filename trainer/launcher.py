@@ -12,19 +12,30 @@ session of its own and the trainer spawns data workers, so a timeout ends every 
 of the attempt (`airflow_ett._proc`), and whatever an ended attempt leaves behind (ranks
 orphaned when torchrun itself was killed, say by the OOM killer) is killed before the
 next attempt starts: it would hold the GPUs the next one needs.
+
+Under torchrun the top process's exit code is torchrun's: 1 whenever any rank failed.
+Each rank therefore leaves an exit record in a directory the launcher gives the attempt
+(`ETT_EXIT_DIR`, `faults.ExitRecord`), and the attempt's class comes from the rank whose
+failure the others followed (`rank_failures.root_cause`), so that the operator's
+exception, its retry decision and the ETT cause all name the real cause: a SIGKILLed
+rank is infra (and reported here, since it could not), a rank that raised is
+application, a bad config on any rank is not retried.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -34,9 +45,17 @@ from airflow_ett.ett.events import FailureCause
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
+    EXIT_DIR_ENV,
     EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
+)
+from airflow_ett.trainer.rank_failures import (
+    ExitRecordError,
+    RankOutcome,
+    parse_exit_record,
+    root_cause,
+    tier,
 )
 
 log = logging.getLogger("airflow_ett.trainer")
@@ -78,6 +97,83 @@ def classify_exit(code: int) -> ExitClass:
     return ExitClass("failed", "unknown", True, False, f"exit code {code}")
 
 
+def classify_ranks(code: int, ranks: Sequence[RankOutcome]) -> ExitClass:
+    """A torchrun attempt's class: its root-cause rank's (`rank_failures.root_cause`),
+    not torchrun's exit code `code`, which says only that some rank failed. With no
+    record at all (a trainer that writes none, or torchrun failed before any rank ran)
+    or no rank failed, `code` is all there is. `reported_by_child` is whether rank 0
+    (whose word on the attempt the ETT model takes) reported this very cause itself;
+    when it did not (its peer was SIGKILLed, or another rank's failure came first), the
+    launcher's caller reports the attempt's end with the root cause."""
+    root = root_cause(ranks)
+    if root is None:
+        return classify_exit(code)
+    found = tier(root)
+    if found == "silent":
+        base = ExitClass("failed", "infra", True, False,
+                         "killed without a word (no exit record: SIGKILL, the OOM killer, "
+                         "a crash)")
+    elif found == "terminated":
+        then = ("then killed without a word" if root.exit_code is None
+                else f"exit {root.exit_code}")
+        base = ExitClass("failed", "preemption", True, False, f"terminated (SIGTERM), {then}")
+    else:
+        assert root.exit_code is not None  # tiers bad_config and failed have one
+        base = classify_exit(root.exit_code)
+    leader = next((r for r in ranks if r.rank == 0), None)
+    reported = leader is not None and leader.reported_cause == base.cause
+    others = sum(1 for r in ranks if r.failed and r is not root)
+    description = f"{root.name}: {base.description}"
+    if root.error:
+        description += f" ({root.error})"
+    if others:
+        description += f"; {others} other rank(s) failed after it"
+    return ExitClass(base.status, base.cause, base.retryable, reported, description[:500])
+
+
+def exit_records(directory: Path, world_size: int) -> list[RankOutcome]:
+    """The attempt's ranks as their exit records say, one per rank; [] when no rank left
+    one. A rank without a record left no word (it died before its first write, or never
+    started): it reads as silent. A record that cannot be read is input from another
+    process: it is logged and read as silent, never raised."""
+    found: dict[int, RankOutcome] = {}
+    for rank in range(world_size):
+        path = directory / f"rank{rank}.json"
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("exit record %s unreadable (%s): rank %d counts as silent", path,
+                        exc, rank)
+            found[rank] = RankOutcome(rank)
+            continue
+        try:
+            found[rank] = parse_exit_record(json.loads(raw), rank=rank)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, ExitRecordError
+            reason = exc if isinstance(exc, ExitRecordError) else f"not JSON: {exc}"
+            log.warning("exit record %s ignored (%s): rank %d counts as silent", path,
+                        reason, rank)
+            found[rank] = RankOutcome(rank)
+    if not found:
+        return []
+    return [found.get(rank, RankOutcome(rank)) for rank in range(world_size)]
+
+
+@contextlib.contextmanager
+def _exit_dir(nproc: int) -> Iterator[Path | None]:
+    """A fresh directory for the ranks' exit records of one torchrun attempt (None for a
+    single process: its exit code says it all), removed afterwards."""
+    if nproc <= 1:
+        yield None
+        return
+    directory = Path(tempfile.mkdtemp(prefix="ett-exits-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptOutcome:
     number: int
@@ -86,6 +182,8 @@ class AttemptOutcome:
     exit_class: ExitClass
     started: float
     ended: float
+    #: Under torchrun: every rank's outcome, from the exit records ([] otherwise).
+    ranks: tuple[RankOutcome, ...] = ()
 
 
 @dataclass(slots=True)
@@ -104,16 +202,47 @@ class LaunchResult:
 Reporter = Callable[[AttemptOutcome], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """How the torchrun agents of a multi-node job find each other (c10d rendezvous):
+    `nnodes` agents, each started with `nproc` ranks, meet at `endpoint` (`host:port`,
+    served by the agent on that host) under the id `run_id` (one per attempt, the same on
+    every node). docs/multi-node.md says who starts the other nodes' agents."""
+
+    nnodes: int
+    endpoint: str
+    run_id: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nnodes, bool) or not isinstance(self.nnodes, int) or self.nnodes < 2:
+            raise ValueError(f"nnodes = {self.nnodes!r}: must be an integer >= 2 (one node "
+                             "needs no rendezvous endpoint: --standalone)")
+        host, sep, port = self.endpoint.rpartition(":")
+        if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"rdzv_endpoint = {self.endpoint!r}: must be host:port (the "
+                             "node whose agent hosts the rendezvous, a port in 1..65535)")
+        if not self.run_id or not all(c.isalnum() or c in "-_." for c in self.run_id):
+            raise ValueError(f"rdzv_id = {self.run_id!r}: must be a non-empty id of "
+                             "letters, digits, '-', '_' and '.'")
+
+    def args(self) -> list[str]:
+        return ["--nnodes", str(self.nnodes), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.run_id]
+
+
 def trainer_command(config: str | Path, *, nproc: int = 1, prewarm: bool = False,
-                    python: str = sys.executable) -> list[str]:
-    """The command line of one attempt: the module directly, or under torchrun."""
+                    python: str = sys.executable, rendezvous: Rendezvous | None = None
+                    ) -> list[str]:
+    """The command line of one attempt: the module directly, or under torchrun (on one
+    node, `--standalone`; on several, this node's agent of `rendezvous`)."""
     args = ["-m", "airflow_ett.trainer", "--config", str(config)]
     if prewarm:
         args.append("--prewarm")
-    if nproc <= 1:
+    if nproc <= 1 and rendezvous is None:
         return [python, *args]
     torchrun = str(Path(python).with_name("torchrun"))
-    return [torchrun, "--standalone", "--nproc-per-node", str(nproc), *args]
+    where = rendezvous.args() if rendezvous is not None else ["--standalone"]
+    return [torchrun, *where, "--nproc-per-node", str(nproc), *args]
 
 
 def _stream(proc: subprocess.Popen[str], on_output: Callable[[str], None]
@@ -198,25 +327,43 @@ def run_attempts(
         child_env = {**base_env, "ETT_JOB_ID": job_id, "ETT_ATTEMPT_ID": aid,
                      "ETT_ATTEMPT_NUMBER": str(number)}
         started = time.time()
-        sink: IO[str] | int | None = subprocess.PIPE if on_output is not None else stdout
-        proc = subprocess.Popen(
-            [*trainer_command(config, nproc=nproc), *extra_args], env=child_env, cwd=cwd,
-            stdout=sink, stderr=subprocess.STDOUT if sink is not None else None, text=True,
-            errors="replace",
-        )
-        tree = ProcessTree(proc)  # before anything can signal it
-        reader = _stream(proc, on_output) if on_output is not None else None
-        if on_start is not None:
-            on_start(proc, number, aid)
-        code = _wait_attempt(proc, tree, timeout)
-        if reader is not None:
-            # The trainer's spawned data workers share the pipe and die with it; do not
-            # let one that lingers hold the launcher up.
-            reader.join(timeout=5.0)
-        outcome = AttemptOutcome(number, aid, code, classify_exit(code), started, time.time())
+        with _exit_dir(nproc) as exits:
+            if exits is not None:
+                child_env[EXIT_DIR_ENV] = str(exits)
+            code = _run_one(config, nproc, extra_args, child_env, cwd, stdout, on_output,
+                            on_start, number, aid, timeout)
+            ranks = exit_records(exits, nproc) if exits is not None else []
+        # torchrun itself killed (a signal: the timeout, the OOM killer) says it all
+        exit_class = classify_ranks(code, ranks) if 0 < code < 128 else classify_exit(code)
+        outcome = AttemptOutcome(number, aid, code, exit_class, started, time.time(),
+                                 tuple(ranks))
         result.attempts.append(outcome)
         if not outcome.exit_class.reported_by_child and report_unreported is not None:
             report_unreported(outcome)
         if code == EXIT_OK or not outcome.exit_class.retryable:
             break
     return result
+
+
+def _run_one(config: str | Path, nproc: int, extra_args: Sequence[str],
+             child_env: dict[str, str], cwd: str | Path | None, stdout: IO[str] | None,
+             on_output: Callable[[str], None] | None,
+             on_start: Callable[[subprocess.Popen[str], int, str], None] | None,
+             number: int, aid: str, timeout: float | None) -> int:
+    """Start one attempt, stream its output, wait for it (see `_wait_attempt`)."""
+    sink: IO[str] | int | None = subprocess.PIPE if on_output is not None else stdout
+    proc = subprocess.Popen(
+        [*trainer_command(config, nproc=nproc), *extra_args], env=child_env, cwd=cwd,
+        stdout=sink, stderr=subprocess.STDOUT if sink is not None else None, text=True,
+        errors="replace",
+    )
+    tree = ProcessTree(proc)  # before anything can signal it
+    reader = _stream(proc, on_output) if on_output is not None else None
+    if on_start is not None:
+        on_start(proc, number, aid)
+    code = _wait_attempt(proc, tree, timeout)
+    if reader is not None:
+        # The trainer's spawned data workers share the pipe and die with it; do not
+        # let one that lingers hold the launcher up.
+        reader.join(timeout=5.0)
+    return code

@@ -9,7 +9,9 @@ The start-up is a small dependency graph, run in parallel when `parallel_init` i
 
 Without `fast_batch`, compilation waits for the first real batch (the baseline the
 source work measured); without `parallel_init`, everything runs one after the other.
-Rank 0 reports; other ranks train silently (one reporter per job, DESIGN section 1).
+Every rank reports its own phases and its attempt's start and end, tagged with its rank;
+rank 0 alone reports progress and checkpoints, which are the job's (`_RankWriter`;
+docs/decisions/0017-multi-rank.md).
 
 Leaving when asked (preemption, `airflow_ett/scheduling/request.py`): SIGTERM makes the
 attempt finish its step, save (unless the current step is saved already) and exit 75
@@ -23,6 +25,7 @@ between saves.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -38,6 +41,14 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett.emit import Emitter, JsonlSink
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    Event,
+    PhaseEnded,
+    PhaseStarted,
+    with_rank,
+)
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.faults import (
@@ -48,6 +59,7 @@ from airflow_ett.trainer.faults import (
     EXIT_PREEMPTED,
     FaultInjector,
     PreemptionFlag,
+    exit_record,
 )
 from airflow_ett.trainer.model import build_dlrm, compile_dense, dense_modules
 from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
@@ -519,7 +531,8 @@ class Trainer:
         cfg, em = self.cfg, self.emitter
         progress = Progress(em)
         self._faults = faults = FaultInjector(
-            cfg.faults, self.ident.attempt_number, before_fault=progress.flush,
+            cfg.faults, self.ident.attempt_number, rank=self.env.rank,
+            before_fault=progress.flush,
             before_kill=lambda: em.flush(1.0))
         self.manager.interval.start(self.step)
         watchdog = self._watchdog()
@@ -544,6 +557,9 @@ class Trainer:
             em.attempt_ended("failed", cause="infra", detected_ts=now, exit_code=EXIT_HUNG,
                              message=f"hung: no step finished for {timeout:g} s after step "
                                      f"{self.step}")
+            exit_record.reported("infra")
+            exit_record.failed(now, f"hung after step {self.step}")
+            exit_record.exit(EXIT_HUNG)
             em.flush(min(2.0, timeout))
             os._exit(EXIT_HUNG)  # the main thread is stuck: no orderly way out
 
@@ -787,16 +803,45 @@ def _preempted_message(left_for: PreemptRequest | None = None) -> str:
     return "SIGTERM: checkpointed and left"
 
 
+class _RankWriter:
+    """The emitter's writer as a rank other than 0 uses it: each event stamped with the
+    rank (`with_rank`: version 2), and only what is the rank's own kept: its phases and
+    its attempt's start and end. Progress and checkpoints are the job's: rank 0 alone
+    sends them (every rank steps and saves together; counting each rank would multiply
+    them). Stamped as the event is handed over, so the spool holds it stamped too."""
+
+    _OWN = (PhaseStarted, PhaseEnded, AttemptStarted, AttemptEnded)
+
+    def __init__(self, writer: Any, rank: int) -> None:
+        self._writer, self._rank = writer, rank
+
+    def put(self, event: Event) -> None:
+        if isinstance(event, self._OWN):
+            self._writer.put(with_rank(event, self._rank))
+
+    def __getattr__(self, name: str) -> Any:  # ids, flush, close, stats: the writer's
+        return getattr(self._writer, name)
+
+
+def _rank_emitter(ident: Identity, env: DistEnv, sink: JsonlSink | None) -> Emitter:
+    """This rank's emitter; `[ett] disabled` decides on every rank (None: read the
+    setting). The host's spool holds other jobs' events, meant for the store: an attempt
+    writing to its own events file must not replay them into it, and only rank 0 replays
+    (one replayer per host and attempt)."""
+    emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink, disabled=None,
+                      replay_on_start=sink is None and env.is_reporter)
+    if env.rank and emitter.writer is not None:
+        # TODO(emit): an Emitter(rank=...) argument would make this a public path
+        emitter._writer = _RankWriter(emitter.writer, env.rank)  # type: ignore[assignment]
+    return emitter
+
+
 def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False,
         prewarm_world_size: int | None = None) -> int:
     """One attempt: returns the process exit code (see `faults.py`)."""
     env = DistEnv.from_environment()
     sink = JsonlSink(cfg.events_file) if cfg.events_file is not None else None
-    # Only rank 0 reports; on rank 0 `[ett] disabled` decides (None: read the setting).
-    # The host's spool holds other jobs' events, meant for the store: an attempt writing
-    # to its own events file must not replay them into it.
-    emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink,
-                      disabled=None if env.is_reporter else True, replay_on_start=sink is None)
+    emitter = _rank_emitter(ident, env, sink)
     if prewarm:
         return _prewarm(cfg, ident, env, emitter, prewarm_world_size)
     trainer = Trainer(cfg, ident, env, emitter, process_start)
@@ -809,16 +854,21 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
         if code == EXIT_OK:
             trainer.finish()
             emitter.attempt_ended("success", exit_code=EXIT_OK)
+            exit_record.reported(None)
         else:
+            exit_record.failed(time.time())
             emitter.attempt_ended(
                 "failed",
                 cause="preemption",
                 exit_code=code,
                 message=_preempted_message(trainer.left_for),
             )
+            exit_record.reported("preemption")
         return code
     except BaseException as exc:
+        exit_record.failed(time.time(), f"{type(exc).__name__}: {exc}")
         log.exception("attempt %s failed", ident.attempt_id)
+        exit_record.reported("application")
         emitter.attempt_ended(
             "failed",
             cause="application",
@@ -834,6 +884,18 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
         if dist.is_initialized():
             dist.destroy_process_group()
         emitter.close()
+        _log_delivery(emitter, ident, env)
+
+
+def _log_delivery(emitter: Emitter, ident: Identity, env: DistEnv) -> None:
+    """One line saying what this rank's writer did with its events (`Emitter.delivery`):
+    whoever reconciles the store against its reporters (the distributed tests; an
+    operator chasing a gap in a timeline) counts the store's events whose id starts with
+    `id_prefix` against `sent`."""
+    delivery = emitter.delivery()
+    if delivery["id_prefix"] is not None:
+        log.info("ETT events sent by attempt %s rank %d: %s", ident.attempt_id, env.rank,
+                 json.dumps(delivery, sort_keys=True))
 
 
 def _unsaved_with_save_in_flight(trainer: Trainer) -> bool:
@@ -856,6 +918,7 @@ def _exit_now(trainer: Trainer, emitter: Emitter, code: int) -> NoReturn:
         except Exception as exc:
             log.warning("teardown: %s", exc)
     emitter.close()
+    exit_record.exit(code)
     logging.shutdown()
     os._exit(code)
 

@@ -9,7 +9,12 @@ version of this module; keep the two in step. Design choices worth knowing:
   seconds here. The model turns them into integer microseconds so that its partitions
   are exact.
 - Unknown fields are ignored, so producers may add their own; an unknown `type` or a
-  `v` other than 1 is an error, since its meaning cannot be guessed.
+  `v` this reader does not know is an error, since its meaning cannot be guessed.
+- Versions: a new optional field that an older reader could ignore safely keeps `v`; one
+  that an older reader would misread if it ignored it raises `v` for the events that
+  carry it, so that those readers drop them instead. `rank` is such a field: an event
+  of rank > 0 is written with `v: 2` (a version-1 reader would take it for rank 0's,
+  which leads the job's timeline); every other event stays `v: 1`.
 - Parsing never throws away good lines because of a bad one: it returns the events it
   could read and an error per line it could not, naming the line, field and value.
 - Every value must be one both store backends can hold the same way (`check_string`,
@@ -32,6 +37,11 @@ import msgspec
 from airflow_ett.ett.phases import COMPONENTS, PHASES
 
 FORMAT_VERSION: Final = 1
+"""The version of every event a rank other than 0 did not send: readers of version 1
+read it all."""
+RANK_FORMAT_VERSION: Final = 2
+"""The version of an event with `rank` > 0 (see the module docstring)."""
+FORMAT_VERSIONS: Final = (FORMAT_VERSION, RANK_FORMAT_VERSION)
 
 TS_MIN: Final = 946_684_800.0
 """2000-01-01T00:00:00Z: no event time is earlier (a smaller value is a relative or
@@ -66,12 +76,15 @@ ComponentName = Literal[
 
 
 class _Base(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", omit_defaults=True):
-    """Fields every event has."""
+    """Fields every event has. `rank`: the trainer process (torch.distributed rank) that
+    sent it; 0 (left out) for rank 0, the operators and listeners, and every producer
+    that has one process. Rank 0 leads the job's timeline; see `docs/events.md`."""
 
     id: str
     job: str
     ts: float
     v: int = FORMAT_VERSION
+    rank: int = 0
 
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts",)
     FREE_TEXT_FIELDS: ClassVar[frozenset[str]] = frozenset()
@@ -377,9 +390,9 @@ def _event_class(obj: Any) -> type[Any]:
         raise EventError(f"unknown event type; expected one of {sorted(EVENT_TYPES)}",
                          field="type", value=etype)
     version = obj.get("v", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        raise EventError(f"unsupported format version (this reader knows {FORMAT_VERSION})",
-                         field="v", value=version)
+    if isinstance(version, bool) or version not in FORMAT_VERSIONS:
+        raise EventError(f"unsupported format version (this reader knows "
+                         f"{' and '.join(map(str, FORMAT_VERSIONS))})", field="v", value=version)
     return cls
 
 
@@ -448,6 +461,7 @@ def _check_semantics(e: Event) -> None:
         raise EventError("must not be empty", field="id", value=e.id)
     if not e.job:
         raise EventError("must not be empty", field="job", value=e.job)
+    _check_rank(e)
     # Times need no check here: every one sent went through check_time (_checked_fields).
     if isinstance(e, Progress):
         _check_progress(e)
@@ -460,6 +474,24 @@ def _check_semantics(e: Event) -> None:
     elif isinstance(e, JobSubmitted) and not 1 <= e.world_size <= MAX_WORLD_SIZE:
         raise EventError(f"must be a GPU count in [1, {MAX_WORLD_SIZE}]", field="world_size",
                          value=e.world_size)
+
+
+def _check_rank(e: Event) -> None:
+    """A rank is a process index of the job; one other than 0 comes with version 2."""
+    if not 0 <= e.rank < MAX_WORLD_SIZE:
+        raise EventError(f"must be a rank in [0, {MAX_WORLD_SIZE})", field="rank",
+                         value=e.rank)
+    if e.rank and e.v < RANK_FORMAT_VERSION:
+        raise EventError(f"an event of rank > 0 needs format version {RANK_FORMAT_VERSION} "
+                         "(a version-1 reader would take it for rank 0's)", field="v",
+                         value=e.v)
+
+
+def with_rank(event: Event, rank: int) -> Event:
+    """`event` as rank `rank` sent it (version 2 when the rank is not 0)."""
+    if rank == 0:
+        return event
+    return msgspec.structs.replace(event, rank=rank, v=RANK_FORMAT_VERSION)
 
 
 def _check_progress(e: Progress) -> None:
@@ -521,6 +553,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     fields: dict[str, Any] = msgspec.to_builtins(event)
     head = {"type": fields.pop("type"), "v": event.v, "id": event.id, "job": event.job,
             "ts": event.ts}
+    if event.rank:
+        head["rank"] = event.rank
     return head | fields  # a key of both keeps head's place (and has the same value)
 
 

@@ -284,6 +284,8 @@ def _gather(events: Sequence[Event]) -> tuple[dict[str, _Attempt],
     attempts: dict[str, _Attempt] = {}
     job_marks: list[PhaseStarted | PhaseEnded] = []
     for e in events:
+        if e.rank:  # rank 0 leads a multi-rank job (docs/decisions/0017-multi-rank.md)
+            continue
         if isinstance(e, PhaseStarted | PhaseEnded) and e.attempt is None:
             job_marks.append(e)
         elif isinstance(e, Progress | CheckpointSaved | PhaseStarted | PhaseEnded

@@ -65,7 +65,12 @@ def test_iso_times_with_zone_are_accepted() -> None:
         (line(ts="2026-11-28 10:00"), "field 'ts' = '2026-11-28 10:00': ISO-8601 time needs"),
         (line(ts="yesterday"), "field 'ts' = 'yesterday': not an ISO-8601 time"),
         (line(type="progess"), "field 'type' = 'progess': unknown event type"),
-        (line(v=2), "field 'v' = 2: unsupported format version"),
+        (line(v=3), "field 'v' = 3: unsupported format version"),
+        (line(v=True), "field 'v' = True: unsupported format version"),
+        (line(rank=1), "field 'v' = 1: an event of rank > 0 needs format version 2"),
+        (line(v=2, rank=-1), "field 'rank' = -1: must be a rank in [0, 1048576)"),
+        (line(v=2, rank=1 << 20), "field 'rank' = 1048576: must be a rank in"),
+        (line(v=2, rank="1"), "field 'rank' = '1': Expected `int`, got `str`"),
         (line(id=""), "field 'id' = '': must not be empty"),
         ('{"type": "attempt_ended", "id": "a", "job": "j", "ts": 1795856001, "attempt": "1", '
          '"status": "failed"}', "field 'cause': a failed attempt needs a cause"),

@@ -461,3 +461,56 @@ def test_the_watcher_holds_a_request_claimed_before_it_looked_and_puts_old_claim
             time.sleep(0.05)
         time.sleep(0.2)  # more looks: it stands, claimed (not released, not acted on)
     assert held == [mine] and watcher.request == mine and watcher.final_request() == mine
+
+
+# -- multi-rank failures: the root-cause rank decides (trainer/rank_failures.py) ---------
+
+def _multirank_failure(job: str, kind: str, raised: type[Exception]) -> tuple[Any, list[Any]]:
+    """A 2-rank job whose rank 1 fails (`kind`) after step 3, no restart in place: the
+    Airflow exception the task raises and the job's attempt_ended events in the store."""
+    op = operator(nproc=2, restarts=0, config={
+        "steps": 12, "faults": [{"kind": kind, "at_step": 3, "rank": 1}]})
+    with pytest.raises(raised) as err:
+        op.execute(context(job, max_tries=1))
+    events = [e for e in store_events(f"ett_test__{job}") if isinstance(e, AttemptEnded)]
+    return err.value, events
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
+def test_a_sigkilled_rank_is_an_infra_failure_for_airflow_and_for_the_ett(
+        ett_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun exits 1 (its word for any failed rank), and rank 0 reports the error it
+    got from its dead peer: the cause is still rank 1's SIGKILL, everywhere."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    error, ended = _multirank_failure("rank_kill", "kill", TrainerInfraFailure)
+    assert error.exit_code == 1 and "rank 1: killed without a word" in str(error)
+    infra = [e for e in ended if e.cause == "infra"]
+    assert len(infra) == 1, ended  # the operator's, once: rank 1 could say nothing
+    assert infra[0].message.startswith("rank 1: killed")
+    summary = store_summary("ett_test__rank_kill")
+    assert [a["cause"] for a in summary["attempts"]] == ["infra"]
+    assert summary["nof"]["infra"] == 1 and summary["nof"]["total"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")
+def test_a_rank_that_raises_is_an_application_error_for_airflow_and_for_the_ett(
+        ett_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    error, ended = _multirank_failure("rank_raise", "raise", TrainerApplicationError)
+    assert "rank 1: the training code raised (InjectedFault" in str(error)
+    assert {e.cause for e in ended} == {"application"}, ended
+    summary = store_summary("ett_test__rank_raise")
+    assert [a["cause"] for a in summary["attempts"]] == ["application"]
+    assert summary["nof"]["application"] == 1 and summary["nof"]["total"] == 1
+    # every rank reports its own phases and end, tagged; rank 0 alone its progress
+    events = store_events("ett_test__rank_raise")
+    rank1 = [e for e in events if e.rank == 1]
+    assert any(isinstance(e, PhaseStarted) and e.phase == "model_creation" for e in rank1)
+    assert [e.message for e in rank1 if isinstance(e, AttemptEnded)] == [
+        "InjectedFault: injected failure after step 3 (attempt 1)"]
+    assert not [e for e in rank1 if isinstance(e, Progress)]
+    # the attempt ends when its last rank does
+    last_end = max(e.ts for e in ended)
+    assert summary["attempts"][0]["end"] == pytest.approx(last_end)

@@ -93,7 +93,7 @@ def test_an_at_checkpoint_request_leaves_right_after_the_next_periodic_save(
     events = events_of(config)
     # left on the save at step 20, the first after the request: no exit save
     assert saves(events, "1") == [10, 20]
-    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded) and not e.rank]
     assert (ended.cause, ended.exit_code) == ("preemption", EXIT_PREEMPTED)
     assert ended.message == f"left at its checkpoint on request: {reason}"
     # claimed before the save (a withdrawal now finds nothing), for the task to archive
@@ -134,7 +134,7 @@ def test_sigterm_right_after_a_periodic_save_leaves_without_saving_again(
     assert "step 20 is checkpointed already: no exit save" in first.stderr
     events = events_of(config)
     assert saves(events, "1") == [10, 20]  # one save of step 20, the periodic one
-    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded) and not e.rank]
     assert ended.cause == "preemption"
     second = subprocess.run(command(config, "term", 2), capture_output=True, text=True,
                             timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
@@ -183,7 +183,7 @@ def test_sigterm_with_a_skip_save_request_leaves_at_once_without_saving(
     assert newest in ((10, 20) if in_flight else (20,))
     if not async_checkpoint:
         assert not in_flight
-    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded) and not e.rank]
     assert (ended.cause, ended.exit_code) == ("preemption", EXIT_PREEMPTED)
     assert ended.message == ("SIGTERM on request, left without saving (its exit save would "
                              f"not fit the 30 s grace): {reason}")
@@ -225,7 +225,7 @@ def test_under_torchrun_every_rank_leaves_on_the_same_checkpoint(tmp_path: Path)
     events = events_of(config)
     steps = saves(events, "1")
     assert steps == list(range(5, steps[-1] + 1, 5)) and steps[-1] < 400
-    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded) and not e.rank]
     assert (ended.cause, ended.message) == ("preemption",
                                             "left at its checkpoint on request: make room")
 
@@ -253,5 +253,5 @@ def test_under_torchrun_every_rank_leaves_without_saving_on_a_skip_save_request(
     events = events_of(config)
     assert saves(events, "1") in ([5], [5, 10])  # step 10's may have been in flight
     assert committed_steps(job_dir / "ckpt")[-1] == saves(events, "1")[-1]
-    (ended,) = [e for e in events if isinstance(e, AttemptEnded)]
+    (ended,) = [e for e in events if isinstance(e, AttemptEnded) and not e.rank]
     assert ended.message is not None and "left without saving" in ended.message

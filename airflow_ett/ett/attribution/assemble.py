@@ -61,6 +61,7 @@ def assemble(job: str, *, collected: Collected, window: JobWindow,
         synthetic=bool(meta and meta.attrs.get("synthetic") is True),
         warnings=tuple(warnings),
         timeline=timeline,
+        rank_phases=explicit.rank_intervals,
     )
 
 

@@ -7,6 +7,14 @@ with a start (its `attempt_started`, else its first event) and its progress span
 
 Progress events are nearly all of a log: they take the first branch of the loop and
 everything else is handed to `_Collector.note`, so this loop is the hot path.
+
+Ranks (docs/decisions/0017-multi-rank.md): rank 0 (and every producer without ranks)
+leads. An event of another rank never creates an attempt or moves its start, and its
+progress, checkpoints and job-level events are not read (rank 0 alone reports them); its
+phases are kept apart (`rank_phase_marks`), and its `attempt_ended` moves the attempt's
+end later (an attempt ends when its last rank does) once rank 0's side has ended it,
+without changing its status or cause: rank 0's latest word (or the launcher's, sent as
+rank 0) is the attempt's.
 """
 
 from __future__ import annotations
@@ -54,10 +62,11 @@ class Collected:
     submitted: tuple[JobSubmitted, ...]
     ended: tuple[JobEnded, ...]
     published: tuple[ModelPublished, ...]
-    phase_marks: tuple[PhaseStarted | PhaseEnded, ...]
+    phase_marks: tuple[PhaseStarted | PhaseEnded, ...]  # rank 0's
     checkpoints: tuple[CheckpointSaved, ...]
     attempts: tuple[AttemptReport, ...]
     earliest: int  # the earliest event time: E2E's start when no job_submitted came
+    rank_phase_marks: tuple[PhaseStarted | PhaseEnded, ...] = ()  # of ranks other than 0
 
 
 @dataclass(slots=True)
@@ -70,6 +79,7 @@ class _Attempt:
     end_key: tuple[int, str] | None = None
     end: AttemptEnded | None = None
     spans: list[Span] = field(default_factory=list)
+    rank_end: int | None = None  # the latest attempt_ended of a rank other than 0
 
     def seen(self, t: int) -> None:
         if self.first_seen is None or t < self.first_seen:
@@ -89,9 +99,12 @@ class _Attempt:
         start = self.start if self.start is not None else self.first_seen
         assert start is not None  # every event that names an attempt gives it a time
         e = self.end
+        end = None if self.end_key is None else self.end_key[0]
+        if end is not None and self.rank_end is not None:
+            end = max(end, self.rank_end)  # the attempt ends when its last rank does
         return AttemptReport(
             id=self.id, start=start, start_reported=self.start is not None,
-            end=None if self.end_key is None else self.end_key[0],
+            end=end,
             status=None if e is None else e.status,
             cause=None if e is None else e.cause,
             detected=None if e is None or e.detected_ts is None else to_us(e.detected_ts),
@@ -108,6 +121,8 @@ class _Collector:
     phase_marks: list[PhaseStarted | PhaseEnded] = field(default_factory=list)
     checkpoints: list[CheckpointSaved] = field(default_factory=list)
     attempts: dict[str, _Attempt] = field(default_factory=dict)
+    rank_phase_marks: list[PhaseStarted | PhaseEnded] = field(default_factory=list)
+    rank_ends: list[tuple[str, int]] = field(default_factory=list)  # (attempt, time)
 
     def attempt(self, attempt_id: str) -> _Attempt:
         found = self.attempts.get(attempt_id)
@@ -115,9 +130,25 @@ class _Collector:
             found = self.attempts[attempt_id] = _Attempt(attempt_id)
         return found
 
+    def note_rank(self, e: Event, t: int) -> None:
+        """An event of a rank other than 0: its phases and attempt ends are kept aside."""
+        if isinstance(e, PhaseStarted | PhaseEnded):
+            self.rank_phase_marks.append(e)
+        elif isinstance(e, AttemptEnded):
+            self.rank_ends.append((e.attempt, t))
+
+    def close_rank_ends(self) -> None:
+        """Each attempt rank 0's side knows ends with its last rank's end."""
+        for attempt_id, t in self.rank_ends:
+            a = self.attempts.get(attempt_id)
+            if a is not None and (a.rank_end is None or t > a.rank_end):
+                a.rank_end = t
+
     def note(self, e: Event, t: int) -> None:
         """Every event but progress, at its time `t` (microseconds)."""
-        if isinstance(e, PhaseStarted | PhaseEnded):
+        if e.rank:
+            self.note_rank(e, t)
+        elif isinstance(e, PhaseStarted | PhaseEnded):
             self.phase_marks.append(e)
             if e.attempt is not None:
                 self.attempt(e.attempt).seen(t)
@@ -143,18 +174,24 @@ def collect(events: list[Event]) -> Collected:
     # The hot loop: progress first (nearly every event is one), names local.
     us = US_PER_S
     rnd = round
-    earliest = rnd(events[0].ts * us)
+    first = next((e for e in events if not e.rank), events[0])  # rank 0 leads, if any
+    earliest = rnd(first.ts * us)
     last_attempt: _Attempt | None = None
     for e in events:
         t = rnd(e.ts * us)
-        if t < earliest:
-            earliest = t
         if isinstance(e, Progress):
+            if e.rank:  # rank 0 alone reports progress
+                continue
+            if t < earliest:
+                earliest = t
             if last_attempt is None or last_attempt.id != e.attempt:
                 last_attempt = out.attempt(e.attempt)
             last_attempt.spans.append((rnd(e.start_ts * us), t, e.cursor_start, e.cursor_end))
         else:
+            if t < earliest and not e.rank:
+                earliest = t
             out.note(e, t)
+    out.close_rank_ends()
     return Collected(
         submitted=tuple(out.submitted),
         ended=tuple(out.ended),
@@ -163,4 +200,5 @@ def collect(events: list[Event]) -> Collected:
         checkpoints=tuple(out.checkpoints),
         attempts=tuple(a.report() for _, a in sorted(out.attempts.items())),
         earliest=earliest,
+        rank_phase_marks=tuple(out.rank_phase_marks),
     )

@@ -12,6 +12,11 @@ unless the producer reported that phase itself around it (the reference trainer 
 A foreign phase name declared under two components stays two labels (`name@component`), so neither
 declaration overrides the other, whatever order the events came in. Nothing here decides
 overlaps: that is `precedence`.
+
+Phases of ranks other than 0 are paired the same way, per rank, and clipped to attempts
+rank 0's side knows (one naming an attempt nothing else names is dropped, with a
+warning); they are kept apart (`rank_intervals`, each with its rank) and do not count in
+`raw_us`, which stays rank 0's (a two-rank job would otherwise double every phase).
 """
 
 from __future__ import annotations
@@ -31,12 +36,17 @@ Interval = tuple[int, int, str]
 """Start, end (microseconds), label."""
 
 
+RankInterval = tuple[int, int, int, str]
+"""Rank, start, end (microseconds), label."""
+
+
 @dataclass(frozen=True, slots=True)
 class ExplicitPhases:
-    intervals: tuple[Interval, ...]  # clipped, non-empty; may overlap
-    raw_us: dict[str, int]  # per label, overlaps counted in full
-    label_component: dict[str, str]  # the component of every label reported
+    intervals: tuple[Interval, ...]  # rank 0's: clipped, non-empty; may overlap
+    raw_us: dict[str, int]  # per label, overlaps counted in full (rank 0's)
+    label_component: dict[str, str]  # the component of every label reported (any rank)
     warnings: tuple[str, ...]
+    rank_intervals: tuple[RankInterval, ...] = ()  # other ranks': clipped, sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +63,7 @@ class _Reported:
 def explicit_phases(collected: Collected, attempts: Sequence[ClosedAttempt],
                     window: JobWindow) -> ExplicitPhases:
     warnings: list[str] = []
-    ambiguous = _ambiguous(collected.phase_marks)
+    ambiguous = _ambiguous([*collected.phase_marks, *collected.rank_phase_marks])
     if ambiguous:
         warnings.append(f"phase(s) {ambiguous} declared under several components: kept apart "
                         "as name@component")
@@ -73,7 +83,44 @@ def explicit_phases(collected: Collected, attempts: Sequence[ClosedAttempt],
         raw[r.label] = raw.get(r.label, 0) + (e - s)
         if e > s:
             intervals.append((s, e, r.label))
-    return ExplicitPhases(tuple(intervals), raw, label_component, tuple(warnings))
+    rank_intervals = _rank_intervals(collected, ambiguous, bounds, window, label_component,
+                                     warnings)
+    return ExplicitPhases(tuple(intervals), raw, label_component, tuple(warnings),
+                          rank_intervals)
+
+
+def _rank_intervals(collected: Collected, ambiguous: list[str],
+                    bounds: dict[str, tuple[int, int]], window: JobWindow,
+                    label_component: dict[str, str], warnings: list[str]
+                    ) -> tuple[RankInterval, ...]:
+    """The phases of ranks other than 0, paired per rank and clipped like rank 0's."""
+    by_rank: dict[int, list[PhaseStarted | PhaseEnded]] = {}
+    for mark in collected.rank_phase_marks:
+        by_rank.setdefault(mark.rank, []).append(mark)
+    out: list[RankInterval] = []
+    unknown: set[str] = set()
+    unmatched = 0
+    for rank, marks in by_rank.items():
+        reported, ends = _pair(marks, ambiguous, window.end)
+        unmatched += ends
+        for r in reported:
+            if r.attempt is not None and r.attempt not in bounds:
+                unknown.add(r.attempt)
+                continue
+            label_component.setdefault(r.label, r.component)
+            lo, hi = bounds[r.attempt] if r.attempt is not None else (window.submit,
+                                                                        window.end)
+            s = min(max(r.start, lo), hi)
+            e = min(max(r.end, s), hi)
+            if e > s:
+                out.append((rank, s, e, r.label))
+    if unmatched:
+        warnings.append(f"{unmatched} phase_ended event(s) of ranks > 0 without a start were "
+                        "ignored")
+    if unknown:
+        warnings.append(f"phases of ranks > 0 name attempt(s) {sorted(unknown)[:5]} that rank "
+                        "0 never reported: ignored")
+    return tuple(sorted(out))
 
 
 def _ambiguous(marks: Iterable[PhaseStarted | PhaseEnded]) -> list[str]:

@@ -11,6 +11,11 @@ Highest first:
 Among overlapping phases of one component the innermost (latest start) wins, ties by the
 phase registry's order. Guarantee: the result covers exactly what the implied timeline
 covers (explicit time outside it is dropped), still without gaps or overlaps.
+
+Rank 0 leads: all of the above is its phases (and the producers without ranks). Phases of
+other ranks come last, and only where the timeline still has an implied label: where
+rank 0 shows nothing (a rank still initialising while rank 0 waits for it). They never
+replace rank 0's phases or progress (docs/decisions/0017-multi-rank.md).
 """
 
 from __future__ import annotations
@@ -39,7 +44,12 @@ def overlay(implied: Timeline, explicit: ExplicitPhases) -> Timeline:
     above = [iv for iv in explicit.intervals if components[iv[2]] in ABOVE_PROGRESS]
     below = [iv for iv in explicit.intervals if components[iv[2]] in BELOW_PROGRESS]
     timeline = paint(implied, _flatten(above, components, ABOVE_PROGRESS), lambda _: True)
-    return paint(timeline, _flatten(below, components, BELOW_PROGRESS),
+    timeline = paint(timeline, _flatten(below, components, BELOW_PROGRESS),
+                     IMPLIED_LABELS.__contains__)
+    if not explicit.rank_intervals:
+        return timeline
+    others = [(s, e, label) for _rank, s, e, label in explicit.rank_intervals]
+    return paint(timeline, _flatten(others, components, ABOVE_PROGRESS + BELOW_PROGRESS),
                  IMPLIED_LABELS.__contains__)
 
 

@@ -78,6 +78,10 @@ class JobAttribution:
     timeline: Timeline
     world_size: int = 1  # GPUs, from the submission: the weight of its GPU-hours
     synthetic: bool = False  # the submission's attrs say {"synthetic": true}
+    #: The phases of ranks other than 0, each (rank, start us, end us, label), clipped to
+    #: their attempts: per-rank rows for whoever renders them. They count in the timeline
+    #: only where rank 0 showed nothing (see `precedence`).
+    rank_phases: tuple[tuple[int, int, int, str], ...] = ()
 
     @property
     def effective_us(self) -> int:
@@ -131,4 +135,10 @@ class JobAttribution:
                 [to_s(s - base), to_s(e - base), self.phase_components[label], label]
                 for s, e, label in self.timeline.segments()
             ]
+            if self.rank_phases:  # only a multi-rank job's
+                out["rank_phases"] = [
+                    [rank, to_s(s - base), to_s(e - base), self.phase_components[label],
+                     label]
+                    for rank, s, e, label in self.rank_phases
+                ]
         return out
