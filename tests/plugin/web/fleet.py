@@ -31,6 +31,11 @@ _STARTUP: Final = (("trainer_init", 20.0), ("data_pipeline_init", 90.0),
                    ("model_creation", 45.0), ("compile", 300.0))
 
 
+#: How long before `now` the running job A2 was submitted: before 02:00 UTC it began on
+#: the day before `now`'s, and counts there too.
+RUNNING_FOR_S: Final = 7200.0
+
+
 @dataclass(frozen=True)
 class Fleet:
     lo1: float  # midnight UTC that starts day 1
@@ -69,7 +74,8 @@ def specs(lo1: float, now: float, running_run_id: str) -> list[JobSpec]:
         _spec(None, "cli-c1", tenant=MARKUP_TENANT, model="dlrm_small",
               submit_ts=lo1 + 5 * 3600, queue_s=60.0, world_size=2, steps=400, step_s=6.0),
         _spec(DAG_A, running_run_id, tenant="ads-ranking", model="dlrm_small",
-              submit_ts=now - 7200, queue_s=120.0, world_size=8, steps=4000, step_s=5.0,
+              submit_ts=now - RUNNING_FOR_S, queue_s=120.0, world_size=8, steps=4000,
+              step_s=5.0,
               running_until_step=1260),
     ]
 
