@@ -5,6 +5,7 @@
 #
 #   scripts/test.sh                 (or: make test)
 #   scripts/test.sh -m "not slow" tests/ett
+#   ETT_TEST_WORKERS=0 scripts/test.sh tests/e2e    (one process, one test at a time)
 #
 # PostgreSQL and Redis are started here only if they are not already answering; where
 # their tools are absent nothing is started and the tests that need them fail (with
@@ -98,9 +99,14 @@ start_redis
 ensure_chromium
 ensure_docker_compose
 
-say "pytest $*"
+# Two pytest workers, a whole test file each at a time (`loadfile`: a module's services,
+# started once by its fixtures, stay in one worker). The real-service tiers wait on
+# processes more than they compute: one worker kept the 2 cores about half busy (39 min,
+# 2026-12-02); ETT_TEST_WORKERS=0 runs everything in this process, one test at a time.
+workers="${ETT_TEST_WORKERS:-2}"
+say "pytest -n $workers --dist loadfile $*"
 rc=0
-pytest "$@" || rc=$?
+pytest -n "$workers" --dist loadfile "$@" || rc=$?
 case "$rc" in
     0) ;;
     5) say "pytest collected no tests: that is a failure here"; failed+=("pytest (no tests collected)") ;;

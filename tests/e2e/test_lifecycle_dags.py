@@ -1,12 +1,13 @@
-"""The demo and baseline lifecycle DAGs on a real Airflow: SQLite, LocalExecutor, and
-the scheduler, dag-processor, triggerer and API server as separate processes (not
-`dag.test()`, which fires neither `on_starting` nor the DAG-run hooks).
+"""The demo lifecycle DAG on a real Airflow: SQLite, LocalExecutor, and the scheduler,
+dag-processor, triggerer and API server as separate processes (not `dag.test()`, which
+fires neither `on_starting` nor the DAG-run hooks).
 
-One Airflow serves the module; the DAG runs go one after the other (two cores: side by
-side they would slow each other's compiles and skew the comparison). The demo runs
-first, with a cold compile cache: its prewarm pays the model's one full compile. Then
-the baseline, then the demo again: the fleet's steady state, where the model's cache is
-warm and each job only loads it, is what the baseline is compared with.
+The demo runs with a cold compile cache: its prewarm pays the model's one full compile,
+its train task recovers one injected failure, and its model is published on CPU after
+the GPU task ended. How it compares with the baseline DAG (compilation, checkpoint
+blocking, shutdown, ETT%) is a speed figure, measured by `python -m bench.lifecycle_dags`
+(bench/RESULTS.md), not asserted here: timed comparisons in a test fail on a busy
+machine and prove nothing on a quiet one.
 """
 
 from __future__ import annotations
@@ -62,23 +63,6 @@ def demo(airflow: EmbeddedAirflow) -> tuple[RunResult, dict[str, Any], list[Any]
         return result, s.summary(job), s.job_events(job)
 
 
-def finished(af: EmbeddedAirflow, dag_id: str) -> dict[str, Any]:
-    result = run(af, dag_id)
-    assert result.succeeded, (result.task_instances, af.log_tail("scheduler"))
-    with store(af) as s:
-        return s.summary(job_id_for(result.dag_id, result.run_id))
-
-
-@pytest.fixture(scope="module")
-def baseline(airflow: EmbeddedAirflow, demo: Any) -> dict[str, Any]:
-    return finished(airflow, "ett_dlrm_baseline")
-
-
-@pytest.fixture(scope="module")
-def demo_again(airflow: EmbeddedAirflow, baseline: Any) -> dict[str, Any]:
-    return finished(airflow, "ett_dlrm_demo")
-
-
 def when(value: str) -> float:
     return datetime.fromisoformat(value).timestamp()
 
@@ -119,19 +103,3 @@ def test_the_model_is_published_after_the_gpu_task_ended(
     assert manifest["ett_summary"]["nof"]["total"] == 1
     model = build_published_model(path)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in tensors.items())
-
-
-def test_the_optimized_job_loses_less_than_the_baseline(
-        demo: Any, baseline: dict[str, Any], demo_again: dict[str, Any]) -> None:
-    first = demo[1]
-    optimized, base = demo_again, baseline
-    # The second demo's prewarm found the cache the first one filled.
-    assert optimized["phases"]["cache_prewarm"] < first["phases"]["cache_prewarm"] / 5
-    assert base["nof"]["total"] == optimized["nof"]["total"] == 1
-    assert "publish_in_gpu" in base["phases"]  # the baseline publishes holding the GPUs
-    # The baseline compiles cold (its restart reuses its own local inductor files); the
-    # optimized job loads the prewarmed cache at each start.
-    assert optimized["components"]["compilation"] < base["components"]["compilation"]
-    assert optimized["csbt_s"] < base["csbt_s"]  # async staging vs synchronous saves
-    assert optimized["shutdown_s"] < base["shutdown_s"]
-    assert optimized["ett_pct"] > base["ett_pct"]

