@@ -165,6 +165,9 @@ def test_a_lost_gpu_worker_is_detected_and_its_retry_restores_the_newest_checkpo
     (train,) = [t for t in af.task_instances("dist_lost_worker", run_id)
                 if t["task_id"] == "train"]
     assert train["try_number"] == 2
+    # the retry ran on the restarted worker: its log since the restart shows the workload
+    since_restart = af.log_tail("worker-gpu", 2000)
+    assert "Executing workload" in since_restart and f"run_id='{run_id}'" in since_restart
     events = _events(af, job)
     ended = [e for e in events if isinstance(e, AttemptEnded) and e.status == "failed"]
     assert len(ended) == 1, ended
