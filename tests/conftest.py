@@ -1,4 +1,4 @@
-"""Session-wide test setup, kept minimal. Two things only:
+"""Session-wide test setup, kept minimal. Three things only:
 
 1. Isolation: AIRFLOW_HOME points at a throwaway directory for the whole session (set
    here, before any test module imports Airflow, which reads it once at import), example
@@ -9,6 +9,10 @@
    reachable, a tool missing) and a test module skipped while it is collected (a
    module-level `pytest.importorskip`, `pytest.skip(allow_module_level=True)`) are
    reported as failed: CI runs every tier, and a skip there would hide it.
+3. Order: the test files whose tests are marked `slow` run first. With two pytest workers
+   each taking a whole file at a time (scripts/test.sh), the long real-service files
+   start at once and the many quick files fill in beside them, instead of one long file
+   starting last and running alone.
 """
 
 from __future__ import annotations
@@ -36,3 +40,11 @@ for _name in [n for n in os.environ if n.startswith("AIRFLOW__ETT__") or n == "A
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a `slow` test first, each file's tests in their own order (a module's
+    fixtures are set up once either way). Deterministic, so every worker of a parallel
+    run collects the same order."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: order kept within

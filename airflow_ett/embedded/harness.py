@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -283,6 +283,20 @@ class EmbeddedAirflow:
             return dag_id in path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return False
+
+    def wait_until(self, what: str, check: Callable[[], Any], timeout: float = 300.0,
+                   poll: float = 1.0) -> Any:
+        """Until `check()` returns something true, which is returned; the components are
+        checked alive meanwhile. On timeout, `what` and the scheduler's log tail."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = check()
+            if got:
+                return got
+            self.check_alive()
+            time.sleep(poll)
+        raise EmbeddedAirflowError(f"{what}: not within {timeout:.0f} s\n"
+                                   f"{self.log_tail('scheduler')}")
 
     # --- runs ----------------------------------------------------------------------------
 

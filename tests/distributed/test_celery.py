@@ -127,17 +127,6 @@ def test_the_lifecycle_runs_each_task_on_its_queue_and_records_in_postgres(
     assert [a["status"] for a in summary["attempts"]] == ["success"]
 
 
-def _wait(what: str, check: Any, af: CeleryAirflow, timeout: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        af.check_alive()
-        time.sleep(1.0)
-    raise AssertionError(f"{what}: not within {timeout} s\n{af.log_tail('scheduler')}")
-
-
 def test_a_lost_gpu_worker_is_detected_and_its_retry_restores_the_newest_checkpoint(
         cluster: CeleryAirflow, tmp_path: Path) -> None:
     from airflow_ett.operators.job import job_paths
@@ -152,7 +141,7 @@ def test_a_lost_gpu_worker_is_detected_and_its_retry_restores_the_newest_checkpo
         events = _events(af, job)
         saved = [e for e in events if isinstance(e, CheckpointSaved)]
         return len(saved) >= 2
-    _wait("two checkpoints of the first attempt", mid_training, af)
+    af.wait_until("two checkpoints of the first attempt", mid_training)
     killed = af.kill("worker-gpu")
     killed_at = time.time()
     assert len(killed) >= 3, killed  # the worker, its task's supervisor and runner, the trainer

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +96,7 @@ def _events(url: str, job: str) -> list[Any]:
 
 
 def _wait(what: str, check: Any, af: EmbeddedAirflow, timeout: float = 240.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        af.check_alive()
-        time.sleep(1.0)
-    raise AssertionError(f"{what}: not within {timeout} s\n{af.log_tail('scheduler')}")
+    return af.wait_until(what, check, timeout)
 
 
 def _saving(events: list[Any]) -> bool:
