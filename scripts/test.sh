@@ -103,10 +103,13 @@ ensure_docker_compose
 # started once by its fixtures, stay in one worker). The real-service tiers wait on
 # processes more than they compute: one worker kept the 2 cores about half busy (39 min,
 # 2026-12-02); ETT_TEST_WORKERS=0 runs everything in this process, one test at a time.
+# --no-loadscope-reorder keeps the collection order (tests/conftest.py: files with slow
+# tests first); xdist's default would start the files with the most tests first, which
+# left the long real-service files, a few tests each, to run last and alone.
 workers="${ETT_TEST_WORKERS:-2}"
-say "pytest -n $workers --dist loadfile $*"
+say "pytest -n $workers --dist loadfile --no-loadscope-reorder $*"
 rc=0
-pytest -n "$workers" --dist loadfile "$@" || rc=$?
+pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@" || rc=$?
 case "$rc" in
     0) ;;
     5) say "pytest collected no tests: that is a failure here"; failed+=("pytest (no tests collected)") ;;

@@ -395,8 +395,8 @@ class EttListener:
 
         if self._job_known(t.job) is None:
             return
-        why = (f"task {t.task_id} try {t.try_number} was failed by the scheduler "
-               "(its worker stopped heartbeating: lost with it)")
+        why = (f"task {t.task_id} try {t.try_number} was failed by the scheduler from "
+               "outside (its worker lost, or its heartbeats missed)")
         if t.message:
             why = f"{why}: {t.message}"
         for attempt in open_attempts(self._store.job_events(t.job)):
