@@ -140,14 +140,29 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
     if kind is not None:
         reader("").text("DAG param 'inject_fault'", kind, choices=FAULT_KINDS)
         if kind == "none":
-            out["faults"] = []
+            wanted: list[dict[str, Any]] = []
         else:
             at_step = _int_param(params, "fault_at_step", 1) if params.get(
                 "fault_at_step") is not None else 1
             attempt = _int_param(params, "fault_attempt", 1) if params.get(
                 "fault_attempt") is not None else 1
-            out["faults"] = [{"kind": kind, "at_step": at_step, "attempt": attempt}]
+            wanted = [{"kind": kind, "at_step": at_step, "attempt": attempt}]
+        # The form shows the first configured fault as its default: submitted unchanged,
+        # it asks for the DAG's faults as configured, all of them, not that one alone.
+        if _form_fault(config.get("faults")) != _form_fault(wanted):
+            out["faults"] = wanted
     return out
+
+
+def _form_fault(faults: object) -> tuple[Any, ...]:
+    """What the trigger form shows of a fault list: its first fault's kind, step and
+    attempt ("none" for no fault)."""
+    if not isinstance(faults, list | tuple) or not faults:
+        return ("none",)
+    first = faults[0]
+    if not isinstance(first, Mapping):
+        return ("?",)
+    return (first.get("kind"), first.get("at_step"), first.get("attempt") or 1)
 
 
 def materialize(config: Mapping[str, Any], params: Mapping[str, Any] | None,

@@ -28,7 +28,7 @@ from airflow_ett.operators.publish import PublishModelOperator
 from airflow_ett.operators.train import TorchRecTrainOperator
 
 TRAINER_OPTIMIZATIONS: Final = ("fast_batch", "parallel_init", "compile_cache",
-                                "async_checkpoint")
+                                "async_checkpoint", "warm_standby")
 OPTIMIZATIONS: Final = (*TRAINER_OPTIMIZATIONS, "standalone_publish")
 ROLES: Final = ("prewarm", "train", "publish")
 TASK_IDS: Final = {"prewarm": "prewarm_compile_cache", "train": "train",
@@ -175,6 +175,8 @@ def training_job(
     :param nproc: trainer processes (torchrun when > 1).
     :param optimizations: switch any of `fast_batch`, `parallel_init`, `compile_cache`
         (also decides whether there is a prewarm task), `async_checkpoint`,
+        `warm_standby` (in-place restarts hand over to a spare trainer process warmed up
+        beside the running one; it holds a second copy of the model),
         `standalone_publish` (publish on CPU after the GPU task; off: inside it). All on
         by default.
     :param faults: injected failures, `[{kind: raise|kill|hang|sigterm|slow_save, at_step,

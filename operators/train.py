@@ -247,7 +247,7 @@ class TorchRecTrainOperator(EttTrainerOperator):
                 attempt_id=lambda n: attempt_id_for(try_number, offset + n - first + 1),
                 env=self.child_env(paths), cwd=paths.job_dir, report_unreported=report_killed,
                 on_start=on_start, on_output=self.log.info, timeout=self.attempt_timeout_s,
-                stop=killed,
+                stop=killed, warm_standby=cfg.optimizations.warm_standby,
             )
         self._proc = None
         request = watcher.final_request()

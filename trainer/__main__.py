@@ -22,6 +22,7 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import traceback  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
 # imports the stdlib alone at run time: cheap enough before the arguments are read
@@ -89,8 +90,22 @@ def _main(argv: list[str] | None) -> int:
         "--prewarm-world-size", type=int, default=None,
         help="with --prewarm: compile for a job of this many processes (the cache key)",
     )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="a warm spare for the next attempt: warm up, then wait for 'go <unix time>' on "
+             "standard input (the launcher's; see airflow_ett/trainer/standby.py)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("ETT_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
+    if args.standby and (args.prewarm or _world_size() > 1):
+        print("trainer: error: --standby is one process of a training attempt: not with "
+              "--prewarm, not under torchrun", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    if args.standby:
+        from airflow_ett.trainer.standby import lower_priority
+
+        lower_priority()  # before anything heavy runs: every thread inherits it
     if args.attempt_number is None:
         args.attempt_number = _env_attempt_number()
     if not isinstance(args.attempt_number, int) or args.attempt_number < 1:
@@ -126,8 +141,42 @@ def _main(argv: list[str] | None) -> int:
     job_id = args.job_id or f"standalone-{int(_PROCESS_START)}"
     ident = Identity(job_id, args.attempt_id or str(args.attempt_number), args.attempt_number)
     return run(cfg, ident, process_start=_PROCESS_START, prewarm=args.prewarm,
-               prewarm_world_size=args.prewarm_world_size)
+               prewarm_world_size=args.prewarm_world_size,
+               standby=sys.stdin if args.standby else None)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave without the interpreter's teardown. By the time `main` returns, everything
+    that matters is done: the final checkpoint committed, the data workers and the
+    checkpoint writer closed, the events delivered or spooled (`loop.run` closes the
+    emitter), the exit record written. What is left is Python unwinding torch and
+    torchrec module by module, which took 2.4-2.8 s on this machine (bench/RESULTS.md,
+    "Shutdown"), and the allocation stays held for all of it: the GPUs of a finished
+    job, or the restart of a failed one, wait on a process that is only tidying up."""
+    try:
+        compiler = sys.modules.get("torch._inductor.async_compile")
+        if compiler is not None:  # its worker processes: stopped, not left to notice
+            compiler.shutdown_compile_workers()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _run_as_program() -> NoReturn:
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's --help, say
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else (
+            EXIT_APPLICATION)
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # as the interpreter would: the traceback, exit 1
+        traceback.print_exc()
+        code = EXIT_APPLICATION
+    exit_now(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _run_as_program()

@@ -22,7 +22,12 @@ in the spirit of torchtitan's CheckpointManager, with three promises:
    half-loaded weights.
 3. **Saving blocks the caller only for a memory copy** (`async_save=True`), and at most
    one save is in flight: a save while one is in flight first waits for it, and that wait
-   counts in its `blocking_s`.
+   counts in its `blocking_s`. With `overlap_staging` even the copy leaves the caller's
+   thread: `save()` returns once the copies are started, and the caller passes a barrier
+   (`wait_staged()`) before training next modifies the state; the blocking time is then
+   `save()` plus that wait. The barrier compares every source tensor's version counter
+   with its value at `save()`, so a state modified too early fails the save rather than
+   commits a torn snapshot.
 
 Why staging is ours and not `dcp.async_save`'s default stager: the default stager fails
 on the ShardedTensors TorchRec uses for sharded tables (`data_ptr ... not supported`, torch
@@ -265,7 +270,9 @@ class SaveResult:
 
     `blocking_s` is how long `save()` held up its caller: the wait for the previous save,
     if one was in flight, plus the staging copy (async), or the whole durable write and
-    commit (synchronous). `total_s` runs from the `save()` call to the commit (the marker
+    commit (synchronous). With `overlap_staging`, the result `save()` returns counts its
+    own time only; the final one (`wait()`, `on_commit`, the marker) adds the caller's
+    wait at the staging barrier. `total_s` runs from the `save()` call to the commit (the marker
     written and fsynced), so it always includes `blocking_s`; it and `bytes` (all ranks'
     DCP files) are None while the save is in flight.
     """
@@ -367,38 +374,134 @@ def _dtensor_type() -> type | None:
     return DTensor
 
 
+@dataclass
+class StagingBreakdown:
+    """Where the blocking part of one async save went, in seconds (caller's thread unless
+    said otherwise). The save plan, DCP metadata, the write and the checksums run on the
+    background thread and cost the caller nothing, so they have no field here.
+
+    `wait_previous_s`: waiting for the previous save (and its staging barrier).
+    `state_dict_s`: the `state_dict()` calls of the top-level `Stateful`s.
+    `alloc_s`: allocating staging buffers (none when they are reused).
+    `leaves_s`: deep-copying the small non-tensor leaves.
+    `copy_s`: the tensor copies: on the caller's thread, or with `overlap_staging` on the
+    staging thread (then the caller pays only `barrier_s`, its wait in `wait_staged()`).
+    `other_s`: the rest of `save()` (walking the state dict, argument checks, handing the
+    write to the background thread).
+    """
+
+    tensors: int = 0
+    bytes: int = 0
+    new_buffers: int = 0
+    wait_previous_s: float = 0.0
+    state_dict_s: float = 0.0
+    alloc_s: float = 0.0
+    leaves_s: float = 0.0
+    copy_s: float = 0.0
+    copy_on_caller: bool = True
+    barrier_s: float = 0.0
+    other_s: float = 0.0
+
+
+@dataclass
+class _Copy:
+    """One tensor copy to make: `src` (live training state) into `dst` (staging buffer),
+    with `src`'s version counter when it was handed to us (None: an inference tensor,
+    which has none)."""
+
+    dst: torch.Tensor
+    src: torch.Tensor
+    path: tuple[Any, ...]
+    version: int | None
+
+
+def _version_of(t: torch.Tensor) -> int | None:
+    try:
+        return int(t._version)
+    except RuntimeError:  # inference tensors keep no version counter
+        return None
+
+
+def modified_since(copies: list[_Copy]) -> list[str]:
+    """The paths of the sources an in-place op changed since their versions were taken.
+
+    Every in-place op that goes through torch's dispatcher (optimizers, `add_`,
+    `copy_`, foreach ops) bumps the version counter that `detach()` and `state_dict()`
+    share with the parameter; writes that bypass it (`.data` in-place ops, kernels given
+    raw pointers) are not seen."""
+    return [
+        "/".join(str(p) for p in c.path)
+        for c in copies
+        if c.version is not None and _version_of(c.src) != c.version
+    ]
+
+
 class _Stager:
     """Copies a state dict into CPU memory that training does not touch.
 
     Keeps its buffers between saves when `reuse` is set (keyed by the path of each tensor
     in the state dict; a changed shape, dtype or pinning gets a new buffer, and buffers no
     longer used are dropped at the end of each staging).
+
+    `prepare` does everything but the tensor copies (state_dict() calls, buffers, leaves)
+    and returns them as `_Copy`s; `copy` makes them, on any thread. `stage` is both.
     """
 
     def __init__(self, *, reuse: bool) -> None:
         self.reuse = reuse
         self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
         self._used: dict[tuple[Any, ...], torch.Tensor] = {}
-        self._cuda_devices: set[torch.device] = set()
+        self._copies: list[_Copy] = []
         self.bytes = 0
+        self.breakdown = StagingBreakdown()
         self._sharded = _sharded_tensor_type()
         self._dtensor = _dtensor_type()
 
     def stage(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        self._used, self._cuda_devices, self.bytes = {}, set(), 0
+        staged, copies = self.prepare(state)
+        self.copy(copies, self.breakdown)
+        return staged
+
+    def prepare(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[_Copy]]:
+        """The staged state dict over buffers not yet filled, and the copies that fill
+        them. Until those copies are made, the caller must not modify the state."""
+        self._used, self._copies, self.bytes = {}, [], 0
+        self.breakdown = bd = StagingBreakdown()
         with torch.no_grad():
-            staged = {
-                key: self._copy(
-                    value.state_dict() if isinstance(value, Stateful) else value, (key,)
-                )
-                for key, value in state.items()
-            }
-            for device in self._cuda_devices:  # the non-blocking copies must have landed
-                torch.cuda.synchronize(device)
+            staged: dict[str, Any] = {}
+            for key, value in state.items():
+                if isinstance(value, Stateful):
+                    t = time.perf_counter()
+                    value = value.state_dict()
+                    bd.state_dict_s += time.perf_counter() - t
+                staged[key] = self._copy(value, (key,))
         if self.reuse:
             self._buffers = self._used
         self._used = {}
-        return staged
+        copies, self._copies = self._copies, []
+        bd.tensors, bd.bytes = len(copies), self.bytes
+        return staged, copies
+
+    @staticmethod
+    def copy(copies: list[_Copy], breakdown: StagingBreakdown) -> None:
+        """Make the copies; CUDA ones non-blocking into pinned buffers, synchronised once.
+
+        On the caller's thread they follow the training work already queued on the
+        current stream. On another thread each device's copies go on the current stream of
+        that thread for the device, which is the default stream, where training queues
+        its work unless it chose a stream of its own (then call `stage` on its thread)."""
+        t = time.perf_counter()
+        devices: set[torch.device] = set()
+        with torch.no_grad():
+            for c in copies:
+                if c.src.is_cuda:
+                    c.dst.copy_(c.src, non_blocking=True)
+                    devices.add(c.src.device)
+                else:
+                    c.dst.copy_(c.src)
+            for device in devices:  # the non-blocking copies must have landed
+                torch.cuda.synchronize(device)
+        breakdown.copy_s += time.perf_counter() - t
 
     def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
         if self._sharded is not None and isinstance(obj, self._sharded):
@@ -413,11 +516,13 @@ class _Stager:
             return [self._copy(v, (*path, i)) for i, v in enumerate(obj)]
         if isinstance(obj, tuple):
             return tuple(self._copy(v, (*path, i)) for i, v in enumerate(obj))
-        if isinstance(obj, io.BytesIO):
-            return io.BytesIO(obj.getvalue())
-        return copy.deepcopy(obj)
+        t = time.perf_counter()
+        leaf = io.BytesIO(obj.getvalue()) if isinstance(obj, io.BytesIO) else copy.deepcopy(obj)
+        self.breakdown.leaves_s += time.perf_counter() - t
+        return leaf
 
     def _tensor(self, src: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
+        """The staging buffer for `src` (reused or new); its copy is queued, not made."""
         src = src.detach()
         pin = src.is_cuda
         buf = self._buffers.get(path) if self.reuse else None
@@ -427,12 +532,11 @@ class _Stager:
             or buf.dtype != src.dtype
             or buf.is_pinned() != pin
         ):
+            t = time.perf_counter()
             buf = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=pin)
-        if pin:
-            buf.copy_(src, non_blocking=True)
-            self._cuda_devices.add(src.device)
-        else:
-            buf.copy_(src)
+            self.breakdown.alloc_s += time.perf_counter() - t
+            self.breakdown.new_buffers += 1
+        self._copies.append(_Copy(buf, src, path, _version_of(src)))
         self._used[path] = buf
         self.bytes += buf.numel() * buf.element_size()
         return buf
@@ -546,6 +650,22 @@ class _InFlight:
     future: Future[SaveResult]
 
 
+class _PendingStaging:
+    """An overlapped staging: its copies run on the staging thread. The caller's barrier
+    (`wait_staged`) waits for them, then checks that nothing modified their sources
+    meanwhile and sets `checked`; the background write commits only after that, and only
+    when `error` is None."""
+
+    def __init__(
+        self, copies: list[_Copy], future: Future[None], breakdown: StagingBreakdown
+    ) -> None:
+        self.copies = copies
+        self.future = future
+        self.breakdown = breakdown
+        self.checked = threading.Event()
+        self.error: str | None = None
+
+
 class CheckpointManager:
     """Save, commit, retain and restore DCP checkpoints under one directory.
 
@@ -564,6 +684,16 @@ class CheckpointManager:
     saves (one extra copy of the state in host memory, for much cheaper stagings).
     `interval`: when the caller's next periodic save is due (`IntervalPolicy`; by default
     never): the caller asks it and tells it about each periodic save.
+
+    `overlap_staging` (async only): `save()` returns once the staging copies are started
+    on a staging thread, and the caller must call `wait_staged()` before anything modifies
+    the saved state (the next training step: its forward when buffers or fused
+    optimizers update there, else its optimizer step). Everything that collects a save
+    (`save`, `wait`, `restore`, `broadcast` with a group, `close`) passes that barrier
+    first. At the barrier every source tensor's version counter is compared with its value
+    at `save()`: a source modified before the barrier (through torch's dispatcher) fails
+    that save instead of committing a torn snapshot. A save commits only once the barrier
+    is passed; if the program ends without passing it, the save does not commit.
     """
 
     def __init__(
@@ -579,7 +709,10 @@ class CheckpointManager:
         write_threads: int = 1,
         collective_timeout: timedelta = timedelta(minutes=10),
         interval: IntervalPolicy | None = None,
+        overlap_staging: bool = False,
     ) -> None:
+        if overlap_staging and not async_save:
+            raise ValueError("overlap_staging=True needs async_save=True")
         if keep_last < 0:
             raise ValueError(f"keep_last must be >= 0 (0 keeps all), got {keep_last}")
         if verify not in ("checksum", "size"):
@@ -589,8 +722,15 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.async_save = async_save
         self.on_commit = on_commit
+        #: Held from the commit marker's write through `on_commit`: a process that must
+        #: leave with a save in flight (`os._exit`, not waiting for it) takes it first, so
+        #: that a checkpoint is either committed and reported or neither.
+        self.commit_lock = threading.Lock()
         self.verify = verify
         self.write_threads = max(1, write_threads)
+        self.overlap_staging = overlap_staging
+        if overlap_staging:
+            _watch_exit()
         if dist.is_available() and dist.is_initialized():
             group = process_group or checkpoint_process_group(collective_timeout)
         elif process_group is not None:
@@ -602,6 +742,8 @@ class CheckpointManager:
         self._lock = threading.Lock()
         self._inflight: _InFlight | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._staging: _PendingStaging | None = None
+        self._staging_executor: ThreadPoolExecutor | None = None
         self._live_tmp: set[Path] = set()
         self._seq = 0
         self._closed = False
@@ -635,7 +777,9 @@ class CheckpointManager:
             extra_json = json.dumps(extra)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"extra must be JSON-serialisable: {exc}") from exc
+        waited = time.perf_counter()
         self._collect_inflight(timeout=None)
+        waited = time.perf_counter() - waited
         self._seq += 1
         tmp = self.directory / f".tmp-step-{step:010d}-{self._token}-{self._seq}"
         final = self.directory / step_dir_name(step)
@@ -646,22 +790,79 @@ class CheckpointManager:
             finally:
                 self._live_tmp.discard(tmp)
         try:
-            staged = self._stager.stage(state)
+            staged, pending = self._stage(state)
         except BaseException:
             self._live_tmp.discard(tmp)
             raise
         blocking = time.perf_counter() - t0
+        _account(self._stager.breakdown, waited, blocking)
         log.debug(
             "checkpoint step %d staged: %.1f MB in %.3fs", step, self._stager.bytes / 1e6, blocking
         )
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ett-checkpoint")
         future = self._executor.submit(
-            self._background, step, staged, tmp, extra_json, t0, blocking
+            self._background, step, staged, tmp, extra_json, t0, blocking, pending
         )
         with self._lock:
             self._inflight = _InFlight(step, final, future)
         return SaveResult(step=step, path=final, blocking_s=blocking, total_s=None, bytes=None)
+
+    def wait_staged(self) -> float:
+        """The staging barrier of `overlap_staging`: wait until the last save's copies
+        have landed; returns the seconds waited (0 when none is pending). Call it before
+        the state is next modified. A source modified since `save()` fails that save
+        (logged here, raised by whatever collects it: the next `save`, `wait`...)."""
+        pending, self._staging = self._staging, None
+        if pending is None:
+            return 0.0
+        t = time.perf_counter()
+        try:
+            pending.future.result()
+            changed = modified_since(pending.copies)
+            if changed:
+                pending.error = (
+                    f"{', '.join(changed[:5])} modified while being staged (call "
+                    "wait_staged() before the training step modifies the state)"
+                )
+        except BaseException as exc:
+            pending.error = f"staging failed or was interrupted: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            pending.breakdown.barrier_s = time.perf_counter() - t
+            pending.copies = []  # no reference to training tensors beyond the barrier
+            pending.checked.set()
+        if pending.error is not None:
+            log.error("checkpoint staging: %s; that save will not commit", pending.error)
+        return pending.breakdown.barrier_s
+
+    @property
+    def staging_pending(self) -> bool:
+        """Whether `wait_staged()` has a barrier to pass (an overlapped save's copies)."""
+        return self._staging is not None
+
+    @property
+    def last_staging(self) -> StagingBreakdown:
+        """Where the last async save's blocking time went (complete once its staging
+        barrier is passed, with `overlap_staging`)."""
+        return self._stager.breakdown
+
+    def _stage(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], _PendingStaging | None]:
+        """The staged state dict; with `overlap_staging` its copies are still being made
+        on the staging thread (the pending staging says when they are done)."""
+        staged, copies = self._stager.prepare(state)
+        breakdown = self._stager.breakdown
+        if not self.overlap_staging:
+            _Stager.copy(copies, breakdown)
+            return staged, None
+        breakdown.copy_on_caller = False
+        if self._staging_executor is None:
+            self._staging_executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="ett-staging"
+            )
+        future = self._staging_executor.submit(_Stager.copy, copies, breakdown)
+        self._staging = _PendingStaging(copies, future, breakdown)
+        return staged, self._staging
 
     def wait(self, timeout: float | None = None) -> SaveResult | None:
         """Wait for the save in flight: its final result, or None when there is none.
@@ -774,9 +975,11 @@ class CheckpointManager:
         try:
             self._collect_inflight(timeout=None)
         finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
+            self.wait_staged()  # in case collecting was interrupted before it
+            for executor in (self._executor, self._staging_executor):
+                if executor is not None:
+                    executor.shutdown(wait=True)
+            self._executor = self._staging_executor = None
 
     def __enter__(self) -> CheckpointManager:
         return self
@@ -787,6 +990,7 @@ class CheckpointManager:
     # -- saving ------------------------------------------------------------------------
 
     def _collect_inflight(self, timeout: float | None) -> SaveResult | None:
+        self.wait_staged()
         with self._lock:
             inflight = self._inflight
         if inflight is None:
@@ -817,9 +1021,12 @@ class CheckpointManager:
         extra_json: str,
         t0: float,
         blocking: float,
+        pending: _PendingStaging | None,
     ) -> SaveResult:
         try:
-            return self._write_and_commit(step, staged, tmp, extra_json, t0, blocking)
+            if pending is not None:
+                pending.future.result()  # the copies have landed: the staged state is whole
+            return self._write_and_commit(step, staged, tmp, extra_json, t0, blocking, pending)
         except BaseException as exc:
             # Log it here too: nobody may call wait() for a while.
             log.error("checkpoint step %d failed in the background: %s", step, exc)
@@ -835,33 +1042,44 @@ class CheckpointManager:
         extra_json: str,
         t0: float,
         blocking: float | None,
+        pending: _PendingStaging | None = None,
     ) -> SaveResult:
         """DCP write of `state` into `tmp`, then commit. All ranks, same order of
         collectives: DCP's own (it raises on every rank when any rank fails), one gather
-        of file checksums, one broadcast of the coordinator's outcome."""
+        of file checksums (or why this rank cannot commit), one broadcast of the
+        coordinator's outcome. With an overlapped staging, the commit waits for the
+        caller's barrier verdict, and the blocking time includes the barrier's wait."""
         coord = self._coord
         self._dcp_write(step, state, tmp)
-        gathered = coord.gather((self._describe_mine(tmp), extra_json))
-        outcome = self._commit_outcome(step, tmp, gathered, extra_json, t0, blocking)
-        error, size, total = coord.broadcast(outcome)
-        if error is not None:
-            raise CheckpointError(f"checkpoint step {step}: commit failed: {error}")
-        if not coord.is_coordinator or total is None:
-            total = time.perf_counter() - t0
-        result = SaveResult(
-            step=step,
-            path=self.directory / step_dir_name(step),
-            blocking_s=blocking if blocking is not None else total,
-            total_s=total,
-            bytes=size,
-        )
-        if coord.is_coordinator:
-            self._retain()
-        if self.on_commit is not None:
-            try:
-                self.on_commit(result)
-            except Exception:
-                log.exception("on_commit callback failed for checkpoint step %d", step)
+        mine = self._describe_mine(tmp)
+        if pending is not None:
+            error = _await_verdict(pending)
+            if error is not None:
+                mine = f"rank {coord.rank}: {error}"
+            assert blocking is not None
+            blocking += pending.breakdown.barrier_s
+        gathered = coord.gather((mine, extra_json))
+        with self.commit_lock:  # the commit and its report, as one (see `commit_lock`)
+            outcome = self._commit_outcome(step, tmp, gathered, extra_json, t0, blocking)
+            error, size, total = coord.broadcast(outcome)
+            if error is not None:
+                raise CheckpointError(f"checkpoint step {step}: commit failed: {error}")
+            if not coord.is_coordinator or total is None:
+                total = time.perf_counter() - t0
+            result = SaveResult(
+                step=step,
+                path=self.directory / step_dir_name(step),
+                blocking_s=blocking if blocking is not None else total,
+                total_s=total,
+                bytes=size,
+            )
+            if coord.is_coordinator:
+                self._retain()
+            if self.on_commit is not None:
+                try:
+                    self.on_commit(result)
+                except Exception:
+                    log.exception("on_commit callback failed for checkpoint step %d", step)
         return result
 
     def _dcp_write(self, step: int, state: dict[str, Any], tmp: Path) -> None:
@@ -921,7 +1139,7 @@ class CheckpointManager:
         extras = [json.loads(e) for _, e in gathered]
         for rank, (described, _) in enumerate(gathered):
             if isinstance(described, str):
-                raise CheckpointError(f"checksumming failed on {described}")
+                raise CheckpointError(f"not committed: {described}")
             if not isinstance(described, dict):
                 raise CheckpointError(f"rank {rank} sent no file list")
             files.update(described)
@@ -1070,6 +1288,47 @@ class CheckpointManager:
         except (Exception, CheckpointException) as exc:  # the latter is a BaseException
             return f"{type(exc).__name__}: {_first_line(exc)}"
         return None
+
+
+def _account(breakdown: StagingBreakdown, waited: float, blocking: float) -> None:
+    """Fill in the previous save's wait and what the named parts leave of `blocking`."""
+    breakdown.wait_previous_s = waited
+    named = waited + breakdown.state_dict_s + breakdown.alloc_s + breakdown.leaves_s
+    if breakdown.copy_on_caller:
+        named += breakdown.copy_s
+    breakdown.other_s = max(0.0, blocking - named)
+
+
+_EXITING = threading.Event()
+_EXIT_WATCH = threading.Lock()
+_exit_watched = False
+
+
+def _watch_exit() -> None:
+    """Have `_EXITING` set when the interpreter starts shutting down.
+
+    At exit, Python joins the background writer (a `ThreadPoolExecutor` worker) from a
+    threading-atexit hook, before the main thread counts as ended; a writer waiting for a
+    barrier verdict would wait forever. `threading._register_atexit` (what
+    concurrent.futures itself uses; called in reverse order, so ours runs before that
+    join) lets it give up instead."""
+    global _exit_watched
+    with _EXIT_WATCH:
+        register = getattr(threading, "_register_atexit", None)
+        if _exit_watched or register is None:
+            return
+        register(_EXITING.set)
+        _exit_watched = True
+
+
+def _await_verdict(pending: _PendingStaging) -> str | None:
+    """Background thread: the barrier's verdict on an overlapped staging (None: the staged
+    copy is the state at save time). If the program ends before the caller passes the
+    barrier, nobody can vouch for the copy: it is not committed."""
+    while not pending.checked.wait(0.2):
+        if _EXITING.is_set() or not threading.main_thread().is_alive():
+            return "the program ended before the staging barrier (wait_staged) was passed"
+    return pending.error
 
 
 def _size_mismatch(path: Path, files: dict[str, Any]) -> str | None:

@@ -20,8 +20,18 @@ What an entry holds, and why both parts
   host-specific (compiler, CPU ISA), which is why the CPU vector ISA is part of
   `cache_key` on CPU.
 
-`activate` restores the archive first and then loads the artifacts (which write into the
-same directory), so either part alone still helps and a bad part is dropped alone.
+* **Precompiled forwards** (issue 13; `CompileCache.precompile`, `PrecompiledForward`):
+  each compiled module's forward as torch 2.13's ahead-of-time compile serializes it
+  (`aot_compile` of a full graph: dynamo's bytecode, its guards, AOTAutograd's forward
+  and backward with inductor's output). A warm start loads them instead of tracing with
+  dynamo, rebuilding guards and hashing graphs for cache keys. They need the archive's
+  built kernels on CPU, not the artifacts, which are then left unloaded unless a just-in-
+  time compile happens after all (restore only what the run needs).
+
+`activate` restores the archive first, then reads the precompiled forwards (unpickled
+one by one when `precompile` installs them) and loads the artifacts (which write into
+the same directory) unless they are deferred, so each part alone still helps and a bad
+part is dropped alone.
 
 What `activate` sets, and why
 -----------------------------
@@ -46,7 +56,10 @@ What `activate` sets, and why
 Entry layout and atomicity
 --------------------------
 `<root>/<key>/manifest.json` names immutable payload files in the same directory,
-`artifacts-<sha>.bin` and `inductor-<sha>.tar.gz`, each with size and SHA-256. A saver
+`artifacts-<sha>.bin`, `inductor-<sha>.tar.gz` and `precompiled-<sha>.bin` (the
+forwards back to back, indexed by name in the manifest), each with size and SHA-256.
+The manifest also lists `jit_forwards`, the forwards the saver could not compile ahead
+of time, so that a loader compiles them just in time without trying again. A saver
 writes each payload atomically (`airflow_ett._fs.atomic_file`: hidden temp file, fsync,
 rename into place) and the manifest the same way, last. A reader that sees a manifest
 therefore sees complete payloads; two concurrent savers each write their own payload
@@ -65,8 +78,10 @@ sizes. It does not rely on tarfile's extraction filters, which arrived in Python
 dir was never restored). Where the filter exists it is passed as well, on top of the same
 checks. This keeps a corrupt or careless archive from writing outside the cache dir; it
 does not make an entry trustworthy: the artifacts are pickles and the archive holds
-compiled `.so` files that inductor loads, so whoever can write the cache root can run code
-in every job that uses it (docs/security.md).
+compiled `.so` files that inductor loads, and the precompiled forwards are pickles too
+(torch's `AOTCompileUnpickler` and guard unpickler, which import and call what the pickle
+names), so whoever can write the cache root can run code in every job that uses it
+(docs/security.md). Their checksums, like the others, catch damage, not tampering.
 
 Logging: warnings for every ignored entry or part (with the reason), info for hits and
 saves. Nothing here imports Airflow.
@@ -89,7 +104,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from enum import Enum
 from pathlib import Path, PurePath
 from typing import IO, Any
@@ -98,11 +113,13 @@ from airflow_ett._fs import atomic_file, atomic_write
 
 log = logging.getLogger(__name__)
 
-#: Bump to invalidate every entry written by an older layout of this module.
-CACHE_FORMAT = 1
+#: Bump to invalidate every entry written by an older layout of this module. 2 (issue 13):
+#: entries hold precompiled forwards; a format-1 entry would be a hit that never gets them.
+CACHE_FORMAT = 2
 MANIFEST_NAME = "manifest.json"
 _ARTIFACTS_PREFIX = "artifacts-"
 _ARCHIVE_PREFIX = "inductor-"
+_PRECOMPILED_PREFIX = "precompiled-"
 #: Payloads no manifest names are deleted by a later save only once this old.
 _ORPHAN_GRACE_S = 600.0
 #: Inductor-dir entries never archived: lock files are per host and process.
@@ -259,7 +276,11 @@ def compile_counters() -> dict[str, int]:
       ["fxgraph_cache_hit" | "fxgraph_cache_miss" | "fxgraph_cache_bypass"]`, one per
       compiled forward or backward graph;
     * `aot_autograd_cache_hits` / `_misses`: `counters["aot_autograd"]
-      ["autograd_cache_hit" | "autograd_cache_miss"]`, one per joint graph.
+      ["autograd_cache_hit" | "autograd_cache_miss"]`, one per joint graph;
+    * `precompiled_loaded` / `_compiled` / `_fallbacks`: forwards installed by
+      `CompileCache.precompile` that were loaded from an entry (no dynamo trace), compiled
+      ahead of time here, or called just in time (guards failed, or no ahead-of-time
+      compile possible); ours, counted in this module.
     """
     from torch._dynamo import convert_frame
     from torch._dynamo.utils import counters
@@ -278,7 +299,29 @@ def compile_counters() -> dict[str, int]:
         "fx_graph_cache_bypasses": get("inductor", "fxgraph_cache_bypass"),
         "aot_autograd_cache_hits": get("aot_autograd", "autograd_cache_hit"),
         "aot_autograd_cache_misses": get("aot_autograd", "autograd_cache_miss"),
+        **{f"precompiled_{name}": n for name, n in _PRECOMPILE_COUNTS.items()},
     }
+
+
+#: Process-wide counts of `PrecompiledForward` outcomes (see `compile_counters`).
+_PRECOMPILE_COUNTS = {"loaded": 0, "compiled": 0, "fallbacks": 0}
+
+
+def compile_phase_seconds() -> dict[str, float]:
+    """Where dynamo and inductor spent this process's compile time, from torch's own
+    `compilation_time_metrics` (cumulative; only the phases the benchmark's breakdown
+    names): dynamo's bytecode trace, guard build, the backend call (AOTAutograd plus
+    inductor, cache lookups included) and inductor's load of compiled output."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    phases = {
+        "dynamo_trace": "bytecode_tracing",
+        "guard_build": "build_guards",
+        "aot_autograd_inductor": "OutputGraph.call_user_compiler",
+        "inductor_load": "PyCodeCache.load_by_key_path",
+    }
+    return {ours: float(sum(compilation_time_metrics.get(theirs, ())))
+            for ours, theirs in phases.items()}
 
 
 def format_counters(c: Mapping[str, int]) -> str:
@@ -291,10 +334,14 @@ def format_counters(c: Mapping[str, int]) -> str:
         c["aot_autograd_cache_hits"],
         c["aot_autograd_cache_hits"] + c["aot_autograd_cache_misses"],
     )
-    return (
+    line = (
         f"graphs {c['graphs']}, recompiles {c['recompiles']}, graph breaks "
         f"{c['graph_breaks']}, cache hits {fx_hits}/{fx_total} (aot {aot_hits}/{aot_total})"
     )
+    pre = [c.get(f"precompiled_{k}", 0) for k in ("loaded", "compiled", "fallbacks")]
+    if any(pre):
+        line += f", precompiled loaded {pre[0]}, compiled {pre[1]}, just in time {pre[2]}"
+    return line
 
 
 # ---------------------------------------------------------------------------------------
@@ -317,6 +364,14 @@ class CacheLoad:
     inductor_dir_restored: bool
     seconds: float
     reason: str | None
+    #: Names of the precompiled forwards the entry holds (read and checksummed; each is
+    #: unpickled only when `precompile` asks for it).
+    precompiled: tuple[str, ...] = ()
+    #: The artifacts were left unloaded because the entry's precompiled forwards do not
+    #: use them; a just-in-time compile in this process loads them first.
+    artifacts_deferred: bool = False
+    #: Seconds per step of the restore (`_BREAKDOWN_STEPS`), for the benchmark's table.
+    breakdown: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 class _EntryError(Exception):
@@ -329,6 +384,27 @@ class _NoEntry(_EntryError):
 
 class _PayloadGone(_EntryError):
     """A payload the manifest names is missing (a concurrent save may have replaced it)."""
+
+
+@dataclass
+class _Restored:
+    """What `_restore` did with one manifest."""
+
+    artifacts_loaded: bool = False
+    dir_restored: bool = False
+    deferred: bool = False
+    gone: bool = False  # a payload had vanished (re-read the manifest)
+    problems: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _timed(breakdown: dict[str, float], step: str) -> Iterator[None]:
+    """Add the block's wall seconds to `breakdown[step]`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        breakdown[step] = breakdown.get(step, 0.0) + time.perf_counter() - start
 
 
 class _HashingWriter(io.RawIOBase):
@@ -373,7 +449,10 @@ class CompileCache:
     `restore_inductor_dir=False` loads only the portable artifacts (what the benchmark
     calls "artifacts only"; enough on GPUs whose kernels the artifacts carry).
     `cpu_precompiled_headers=True` leaves inductor's C++ header precompiling on; see the
-    module docstring for why it is off by default.
+    module docstring for why it is off by default. `defer_artifacts=False` loads the
+    artifacts in `activate` even when the entry's precompiled forwards make them
+    unnecessary: for a caller that compiles with `torch.compile` itself, not through
+    `precompile`.
 
     Typical use, rank 0 saving::
 
@@ -392,13 +471,22 @@ class CompileCache:
         local_dir: str | Path | None = None,
         restore_inductor_dir: bool = True,
         cpu_precompiled_headers: bool = False,
+        defer_artifacts: bool = True,
     ) -> None:
         self.root = Path(root)
+        self.defer_artifacts = defer_artifacts
         self._local_dir = Path(local_dir) if local_dir is not None else None
         self.restore_inductor_dir = restore_inductor_dir
         self.cpu_precompiled_headers = cpu_precompiled_headers
         self._active: tuple[str, Path] | None = None
         self._vec_isa: dict[str, Any] | None = None
+        #: The entry's precompiled forwards (name -> serialized), until `precompile` takes one.
+        self._precompiled: dict[str, bytes] = {}
+        self._deferred_artifacts: tuple[Path, dict[str, Any]] | None = None
+        #: Forwards the saver could not compile ahead of time: compiled just in time here.
+        self._jit_only: frozenset[str] = frozenset()
+        #: Forwards `precompile` installed since `activate`: what `save` stores.
+        self._forwards: dict[str, PrecompiledForward] = {}
 
     # -- paths -------------------------------------------------------------------------
 
@@ -434,7 +522,9 @@ class CompileCache:
         imported). Never raises for a bad entry: a corrupt, truncated, stale or foreign
         entry, or one part of it, is ignored with a warning and the reason is returned.
         """
+        global _ACTIVE
         start = time.perf_counter()
+        breakdown: dict[str, float] = {}
         local = self.local_dir_for(key)
         unsafe = None if self._local_dir is not None else _not_private(local.parent)
         if unsafe is not None:  # another user could plant kernels there: never use it
@@ -442,33 +532,43 @@ class CompileCache:
             unsafe = f"{unsafe}; compiling in the fresh private dir {local} instead"
             log.warning("compile cache: %s", unsafe)
         local.mkdir(parents=True, exist_ok=True)
+        with _timed(breakdown, "import_compiler"):  # what any compile imports, cold or warm
+            import_compiler_modules()
         switch_problems = self._point_inductor_at(local)
         if unsafe is not None:
             switch_problems.insert(0, unsafe)
         self._active = (key, local)
+        self._precompiled, self._deferred_artifacts, self._forwards = {}, None, {}
+        self._jit_only = frozenset()
+        _ACTIVE = self
 
         entry = self.entry_dir(key)
         for attempt in (1, 2):
             try:
-                manifest = self._read_manifest(key)
+                with _timed(breakdown, "manifest"):
+                    manifest = self._read_manifest(key)
             except _EntryError as exc:
                 miss = "; ".join([str(exc), *switch_problems])
                 if isinstance(exc, _NoEntry):
                     log.info("compile cache miss for %s: %s", key, miss)
                 else:
                     log.warning("compile cache entry for %s ignored: %s", key, miss)
-                self._settle_vec_isa(None)
-                return CacheLoad(key, False, False, False, time.perf_counter() - start, miss)
-            artifacts_loaded, dir_restored, problems, gone = self._restore(entry, manifest, local)
-            if not gone or attempt == 2:
+                with _timed(breakdown, "vec_isa"):
+                    self._settle_vec_isa(None)
+                return CacheLoad(key, False, False, False, time.perf_counter() - start, miss,
+                                 breakdown=breakdown)
+            restored = self._restore(entry, manifest, local, breakdown)
+            if not restored.gone or attempt == 2:
                 break
             # A concurrent save replaced the entry and removed the payloads our manifest
             # named: the new manifest names complete ones.
             log.info("compile cache entry %s changed while reading; reading it again", entry)
 
-        hit = artifacts_loaded or dir_restored
-        self._settle_vec_isa(manifest.get("vec_isa") if hit else None)
-        problems = [*problems, *switch_problems]
+        artifacts_loaded, dir_restored = restored.artifacts_loaded, restored.dir_restored
+        hit = artifacts_loaded or dir_restored or bool(self._precompiled)
+        with _timed(breakdown, "vec_isa"):
+            self._settle_vec_isa(manifest.get("vec_isa") if hit else None)
+        problems = [*restored.problems, *switch_problems]
         seconds = time.perf_counter() - start
         if problems:
             log.warning(
@@ -478,16 +578,53 @@ class CompileCache:
                 "; ".join(problems),
             )
         log.info(
-            "compile cache %s for %s in %.2fs (artifacts %s, inductor dir %s)",
+            "compile cache %s for %s in %.2fs (artifacts %s, inductor dir %s, %d precompiled "
+            "forwards)",
             "hit" if hit else "miss",
             key,
             seconds,
-            "loaded" if artifacts_loaded else "not loaded",
+            "deferred" if restored.deferred else "loaded" if artifacts_loaded else "not loaded",
             "restored" if dir_restored else "not restored",
+            len(self._precompiled),
         )
         return CacheLoad(
-            key, hit, artifacts_loaded, dir_restored, seconds, "; ".join(problems) or None
+            key, hit, artifacts_loaded, dir_restored, seconds, "; ".join(problems) or None,
+            precompiled=tuple(sorted(self._precompiled)), artifacts_deferred=restored.deferred,
+            breakdown=breakdown,
         )
+
+    def precompile(self, module: Any, name: str, *, dynamic: bool = False) -> bool:
+        """Compile `module`'s forward ahead of time, or load it from the active entry.
+
+        Installs a `PrecompiledForward` as the module's `forward` (an instance attribute:
+        state-dict keys and hooks are unchanged, as with `nn.Module.compile`). When the
+        entry restored by `activate` holds a forward under `name`, it is loaded with its
+        guards now (no dynamo trace, no AOTAutograd, no cache-key hashing) and True is
+        returned; otherwise the first call compiles it ahead of time on that call's
+        arguments and `save` stores it under `name` (unless the entry says the saver could
+        not: then it compiles just in time at once, without trying again). `name` must be
+        stable across processes (a module path such as "dense_arch") and unique in the
+        process.
+        """
+        if self._active is None:
+            raise RuntimeError(f"CompileCache.precompile({name!r}): call activate() first")
+        if not name or name in self._forwards:
+            raise ValueError(f"precompile: name {name!r} is empty or already used "
+                             f"(installed: {sorted(self._forwards)})")
+        forward = PrecompiledForward(module, name, self, dynamic=dynamic,
+                                     ahead=name not in self._jit_only)
+        blob = self._precompiled.pop(name, None)
+        loaded = blob is not None and forward.load(blob)
+        module.forward = forward
+        self._forwards[name] = forward
+        return loaded
+
+    def needs_save(self) -> bool:
+        """Whether this process compiled something the active entry lacks: a forward
+        compiled ahead of time here (an entry that was a hit but could not be loaded, or
+        lacked a part the run compiles). `activate`'s `hit` alone misses that case; a
+        caller that saves only on a miss would otherwise recompile it on every start."""
+        return any(fwd.compiled_here for fwd in self._forwards.values())
 
     def _settle_vec_isa(self, recorded: Mapping[str, Any] | None) -> None:
         """Skip inductor's CPU vector-ISA probe when the entry already answers it.
@@ -530,31 +667,63 @@ class CompileCache:
             log.warning("compile cache: vector-ISA check skipped: %r", exc)
 
     def _restore(
-        self, entry: Path, manifest: dict[str, Any], local: Path
-    ) -> tuple[bool, bool, list[str], bool]:
-        """Restore both parts; returns (artifacts loaded, dir restored, problems, whether
-        a payload had vanished). Each part fails alone and never raises."""
-        problems: list[str] = []
-        gone = False
-        dir_restored = artifacts_loaded = False
+        self, entry: Path, manifest: dict[str, Any], local: Path, breakdown: dict[str, float]
+    ) -> _Restored:
+        """Restore the parts this run needs. Each part fails alone and never raises.
+
+        The precompiled forwards need the archive's built kernels but not the artifacts
+        (those feed dynamo's just-in-time path, which they skip): with precompiled
+        forwards in the entry (and the archive restored, so their kernels are there) the
+        artifacts are only loaded if a just-in-time compile happens after all
+        (`load_deferred_artifacts`)."""
+        done = _Restored()
         if self.restore_inductor_dir:
-            try:
-                dir_restored = self._restore_archive(entry, manifest, local)
-            except _EntryError as exc:
-                gone = gone or isinstance(exc, _PayloadGone)
-                problems.append(f"inductor dir not restored: {exc}")
-            except Exception as exc:  # an unexpected failure must not stop the job
-                log.debug("archive restore failed", exc_info=True)
-                problems.append(f"inductor dir not restored: {type(exc).__name__}: {exc}")
+            with _timed(breakdown, "archive"):
+                done.dir_restored = self._part(
+                    done, "inductor dir not restored",
+                    lambda: self._restore_archive(entry, manifest, local))
+        jit_only = manifest.get("jit_forwards")
+        if isinstance(jit_only, list) and all(isinstance(n, str) for n in jit_only):
+            self._jit_only = frozenset(jit_only)
+        if self.restore_inductor_dir and manifest.get("precompiled") is not None:
+            with _timed(breakdown, "precompiled_read"):
+                self._part(done, "precompiled forwards not read",
+                           lambda: self._read_precompiled(entry, manifest))
+        if (self.defer_artifacts and self._precompiled and done.dir_restored
+                and manifest.get("artifacts") is not None):
+            self._deferred_artifacts = (entry, manifest)
+            done.deferred = True
+        else:
+            with _timed(breakdown, "artifacts"):
+                done.artifacts_loaded = self._part(
+                    done, "artifacts not loaded", lambda: self._load_artifacts(entry, manifest))
+        return done
+
+    @staticmethod
+    def _part(done: _Restored, what: str, restore: Callable[[], bool]) -> bool:
+        """Run one part's restore; a failure is a problem recorded in `done`, not raised."""
         try:
-            artifacts_loaded = self._load_artifacts(entry, manifest)
+            return restore()
         except _EntryError as exc:
-            gone = gone or isinstance(exc, _PayloadGone)
-            problems.append(f"artifacts not loaded: {exc}")
+            done.gone = done.gone or isinstance(exc, _PayloadGone)
+            done.problems.append(f"{what}: {exc}")
+        except Exception as exc:  # an unexpected failure must not stop the job
+            log.debug("%s", what, exc_info=True)
+            done.problems.append(f"{what}: {type(exc).__name__}: {exc}")
+        return False
+
+    def load_deferred_artifacts(self) -> bool:
+        """Load the artifacts `activate` deferred (see `_restore`), once; True if loaded.
+
+        Called before a just-in-time compile; a failure is a warning, not an error."""
+        pending, self._deferred_artifacts = self._deferred_artifacts, None
+        if pending is None:
+            return False
+        try:
+            return self._load_artifacts(*pending)
         except Exception as exc:
-            log.debug("artifact load failed", exc_info=True)
-            problems.append(f"artifacts not loaded: {type(exc).__name__}: {exc}")
-        return artifacts_loaded, dir_restored, problems, gone
+            log.warning("compile cache: deferred artifacts not loaded: %s", exc)
+            return False
 
     def save(self, key: str) -> Path:
         """Store this process's compile output for `key` under the shared root.
@@ -611,6 +780,7 @@ class CompileCache:
         archive_meta = self._write_payload(entry, _ARCHIVE_PREFIX, ".tar.gz", write_archive)
         archive_meta["files"] = file_count
         archive_meta["unpacked_bytes"] = unpacked
+        precompiled_meta = self._write_precompiled(entry)
 
         manifest = {
             "format": CACHE_FORMAT,
@@ -622,6 +792,9 @@ class CompileCache:
             "host": platform.node(),
             "artifacts": artifacts_meta,
             "inductor_dir": archive_meta,
+            "precompiled": precompiled_meta,
+            "jit_forwards": sorted(name for name, fwd in self._forwards.items()
+                                   if fwd.serialized is None),
             "vec_isa": self._vec_isa,
         }
         # a cache may be lost, never lie: the directory fsync is best effort
@@ -629,14 +802,38 @@ class CompileCache:
                      best_effort_dir_sync=True)
         self._remove_orphans(entry, manifest)
         log.info(
-            "compile cache saved %s in %.2fs: artifacts %s B, inductor dir %s B (%d files)",
+            "compile cache saved %s in %.2fs: artifacts %s B, inductor dir %s B (%d files), "
+            "precompiled forwards %s B (%s)",
             entry,
             time.perf_counter() - start,
             artifacts_meta["size"] if artifacts_meta else 0,
             archive_meta["size"],
             file_count,
+            precompiled_meta["size"] if precompiled_meta else 0,
+            ", ".join(precompiled_meta["forwards"]) if precompiled_meta else "none",
         )
         return entry
+
+    def _write_precompiled(self, entry: Path) -> dict[str, Any] | None:
+        """One payload with every precompiled forward this process holds, back to back;
+        the manifest record indexes them by name. None when there is none."""
+        blobs = {name: fwd.serialized for name, fwd in sorted(self._forwards.items())
+                 if fwd.serialized is not None}
+        if not blobs:
+            return None
+        index: dict[str, dict[str, int]] = {}
+        offset = 0
+        for name, blob in blobs.items():
+            index[name] = {"offset": offset, "size": len(blob)}
+            offset += len(blob)
+
+        def write(fh: IO[bytes]) -> None:
+            for blob in blobs.values():
+                fh.write(blob)
+
+        meta = self._write_payload(entry, _PRECOMPILED_PREFIX, ".bin", write)
+        meta["forwards"] = index
+        return meta
 
     # -- internals ---------------------------------------------------------------------
 
@@ -759,6 +956,28 @@ class CompileCache:
             raise _EntryError("torch could not deserialise them (see torch's warning)")
         return True
 
+    def _read_precompiled(self, entry: Path, manifest: dict[str, Any]) -> bool:
+        """Read and checksum the precompiled forwards' payload; split it by the manifest's
+        index (name -> offset, size). Nothing is unpickled here: `precompile` does that for
+        the forwards the run installs."""
+        meta = manifest["precompiled"]
+        blob = self._payload(entry, meta, "precompiled forwards").read_bytes()
+        index = meta.get("forwards")
+        if not isinstance(index, dict) or not index:
+            raise _EntryError(f"precompiled forwards index is not a non-empty object: {index!r}")
+        parts: dict[str, bytes] = {}
+        for name, span in index.items():
+            offset, size = (span.get("offset"), span.get("size")) if isinstance(span, dict) \
+                else (None, None)
+            if not (isinstance(name, str) and name and isinstance(offset, int)
+                    and isinstance(size, int) and offset >= 0 and size > 0
+                    and offset + size <= len(blob)):
+                raise _EntryError(f"precompiled forwards index: bad span {name!r}: {span!r} "
+                                  f"(payload has {len(blob)} bytes)")
+            parts[name] = blob[offset:offset + size]
+        self._precompiled = parts
+        return True
+
     def _write_payload(
         self, entry: Path, prefix: str, suffix: str, write: Callable[[IO[bytes]], object]
     ) -> dict[str, Any]:
@@ -779,19 +998,179 @@ class CompileCache:
         may still hold the manifest that named them)."""
         keep = {
             meta["file"]
-            for meta in (manifest.get("artifacts"), manifest.get("inductor_dir"))
+            for meta in (manifest.get("artifacts"), manifest.get("inductor_dir"),
+                         manifest.get("precompiled"))
             if isinstance(meta, dict)
         }
         now = time.time()
         for path in entry.iterdir():
             name = path.name
-            is_payload = name.startswith((_ARTIFACTS_PREFIX, _ARCHIVE_PREFIX))
+            is_payload = name.startswith((_ARTIFACTS_PREFIX, _ARCHIVE_PREFIX, _PRECOMPILED_PREFIX))
             is_stale_tmp = name.startswith(".") and name.endswith(".tmp")
             if name in keep or not (is_payload or is_stale_tmp):
                 continue
             with contextlib.suppress(OSError):
                 if now - path.stat().st_mtime > _ORPHAN_GRACE_S:
                     path.unlink()
+
+
+# ---------------------------------------------------------------------------------------
+# Precompiled forwards
+# ---------------------------------------------------------------------------------------
+
+#: The cache `activate` was last called on in this process (what `compile_dense` uses).
+_ACTIVE: CompileCache | None = None
+
+
+def active_cache() -> CompileCache | None:
+    """The `CompileCache` last activated in this process, or None.
+
+    Process-wide like inductor's cache directory, which `activate` sets: the compile
+    that follows an `activate` is the one that entry is for."""
+    return _ACTIVE
+
+
+class PrecompiledForward:
+    """A module's forward compiled ahead of time (`torch._dynamo.aot_compile`), with its
+    guards, and a just-in-time fallback.
+
+    Why: on a warm start dynamo still traces every compiled frame, builds its guards,
+    hashes the graph for the AOTAutograd and FX cache keys, and only then loads the
+    cached kernels. torch 2.13's ahead-of-time compile (`torch.compile(fn, fullgraph=
+    True).aot_compile(...)`, loaded by `AOTCompiledFunction.deserialize`) serializes the
+    whole result instead: the dynamo bytecode, the guards, and AOTAutograd's forward and
+    backward with inductor's output (bundled), so a warm process skips all of that and
+    trains (forward and backward) from the loaded function. On CPU the bundle carries
+    the generated C++ source, not the built library: the entry's archived inductor dir
+    still supplies the `.so` files (without them each kernel is rebuilt).
+
+    Each call checks the loaded guards (tensor shapes, dtypes, strides, grad mode, the
+    module's attributes the trace read; ID and dict-version guards cannot be serialized
+    and are dropped, as torch does for every precompiled function). A call they reject,
+    or a module that cannot be compiled as one full graph, runs `torch.compile` just in
+    time instead (the entry's artifacts are loaded first), with a warning: a stale or
+    foreign entry costs a compile, never a wrong result.
+    """
+
+    def __init__(self, module: Any, name: str, cache: CompileCache, *, dynamic: bool,
+                 ahead: bool = True) -> None:
+        self.name = name
+        self._module = module
+        self._fn = type(module).forward
+        self._cache = cache
+        self._dynamic = dynamic
+        self._aot: Any = None
+        self._jit: Any = None
+        self._tried_ahead = not ahead
+        self._warned = False
+        #: Compiled ahead of time in this process (not loaded): `needs_save`.
+        self.compiled_here = False
+        #: What `CompileCache.save` stores for this forward (loaded or compiled here).
+        self.serialized: bytes | None = None
+        #: Seconds `load` took (unpickling, kernel loading, guard build).
+        self.load_seconds = 0.0
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (dynamo pickles the module's attributes with its guards; `deepcopy`)
+        as the module's plain eager forward: a copy is never tied to this compile."""
+        return _eager_forward, (self._fn, self._module)
+
+    def load(self, serialized: bytes) -> bool:
+        """Load a forward `save` stored; False (with a warning) if torch refuses it."""
+        start = time.perf_counter()
+        try:
+            from torch._dynamo.aot_compile import AOTCompiledFunction
+
+            self._aot = AOTCompiledFunction.deserialize(serialized)
+        except Exception as exc:  # a foreign or damaged entry: compile instead
+            log.warning("compile cache: precompiled forward %s not loaded (%s: %s); it "
+                        "compiles on first call", self.name, type(exc).__name__, exc)
+            return False
+        finally:
+            self.load_seconds = time.perf_counter() - start
+        self.serialized = serialized
+        _PRECOMPILE_COUNTS["loaded"] += 1
+        return True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, aot = self._module, self._aot
+        if aot is None and not self._tried_ahead:
+            self._tried_ahead = True
+            aot = self._aot = self._compile_ahead(args, kwargs)
+        if aot is not None:
+            if aot.guard_check(module, *args, **kwargs):
+                return aot.fn(module, *args, **kwargs)
+            if not self._warned:
+                self._warned = True
+                reason = aot._artifacts.guard_manager.check_verbose(
+                    aot.prepare_f_locals(module, *args, **kwargs))
+                log.warning("compile cache: precompiled forward %s rejects this call (%s); "
+                            "compiling it just in time", self.name, reason)
+        return self._just_in_time(args, kwargs)
+
+    def _compile_ahead(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Compile on this call's arguments and serialize at once (what `save` stores).
+        None, with a warning, when torch cannot (a graph break, an unserializable part)."""
+        import torch
+        from torch._dynamo.aot_compile import AOTCompiledFunction
+
+        try:
+            wrapped: Any = torch.compile(self._fn, fullgraph=True, dynamic=self._dynamic)
+            compiled = wrapped.aot_compile(((self._module, *args), kwargs))
+            self.serialized = AOTCompiledFunction.serialize(compiled).serialized_data
+            self.compiled_here = True
+        except Exception as exc:
+            log.warning("compile cache: forward %s cannot be compiled ahead of time (%s: %s); "
+                        "compiling it just in time (the cache then keeps only kernels and "
+                        "torch's artifacts for it)", self.name, type(exc).__name__, exc)
+            return None
+        _PRECOMPILE_COUNTS["compiled"] += 1
+        return compiled
+
+    def _just_in_time(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._jit is None:
+            import torch
+
+            self._cache.load_deferred_artifacts()
+            self._jit = torch.compile(self._fn, dynamic=self._dynamic)
+        _PRECOMPILE_COUNTS["fallbacks"] += 1
+        return self._jit(self._module, *args, **kwargs)
+
+
+#: torch's compiler modules every compile of ours imports, cold or warm, jit or
+#: precompiled: dynamo and inductor (the `torch._inductor` package imports dynamo), the
+#: C++ builder (vector-ISA check, kernel loading), AOTAutograd's runtime, and what
+#: inductor's generated wrapper modules import in their header (`select_algorithm`,
+#: `codegen.memory_planning`). Measured on the 2-core machine (2026-12-02), these imports
+#: are most of a warm precompiled start.
+COMPILER_MODULES = (
+    "torch._inductor.config",
+    "torch._functorch.config",
+    "torch._inductor.cpp_builder",
+    "torch._inductor.codecache",
+    "torch._functorch.aot_autograd",
+    "torch._dynamo.aot_compile",
+    "torch._inductor.select_algorithm",
+    "torch._inductor.codegen.memory_planning",
+)
+
+
+def import_compiler_modules() -> None:
+    """Import `COMPILER_MODULES` (a no-op once imported). `activate` does it first, so
+    its breakdown shows the import apart from the work; a caller with an I/O wait to
+    spare (a process-group init, a storage connection) can call it on a thread before
+    `activate` to overlap the import with that wait."""
+    import importlib
+
+    for name in COMPILER_MODULES:
+        importlib.import_module(name)
+
+
+def _eager_forward(fn: Callable[..., Any], module: Any) -> Callable[..., Any]:
+    """`fn` bound to `module`: what a pickled `PrecompiledForward` becomes."""
+    import types
+
+    return types.MethodType(fn, module)
 
 
 def _set_process_wide(config_module: Any, name: str, value: Any) -> None:

@@ -9,6 +9,14 @@ optimizer step, so the backward graph is compiled too), optionally saves the cac
 prints one line `COMPILE_PROBE {json}` with the timings, the `CacheLoad` and
 `compile_counters()`.
 
+With the cache on, the parts are compiled as the trainer's `compile_dense` does it:
+ahead of time, or loaded precompiled from the entry (`CompileCache.precompile`);
+`--compile jit` compiles them with `nn.Module.compile` instead (dynamo on every start,
+the warm path of issue 3). `breakdown` in the output says where a compile's seconds
+went: the restore's steps (`CacheLoad.breakdown`), loading the precompiled forwards,
+dynamo's and inductor's phases (`compile_phase_seconds`) and the first step's forward
+and backward.
+
 Models (plain torch, no torchrec, so they compile the same on any host):
 
 * `mlp`: 16 -> 64 -> 64 -> 1 with the loss inside the compiled module; a cold compile is
@@ -22,6 +30,7 @@ Models (plain torch, no torchrec, so they compile the same on any host):
 usage: python -m airflow_ett.trainer.compile_probe --root DIR [--local-dir DIR]
        [--model mlp|dlrm-dense] [--cache on|artifacts-only|off] [--save] [--steps N]
        [--batch N] [--config-extra JSON] [--no-compile] [--precompiled-headers]
+       [--compile precompiled|jit]
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from airflow_ett.trainer.compile_cache import (  # noqa: E402
     CompileCache,
     cache_key,
     compile_counters,
+    compile_phase_seconds,
     device_kind,
     format_counters,
 )
@@ -134,17 +144,33 @@ class DenseDLRM(nn.Module):
         return nn.functional.binary_cross_entropy_with_logits(logits, y)
 
 
-def build(name: str, batch: int) -> tuple[nn.Module, list[nn.Module], tuple[torch.Tensor, ...]]:
-    """The model, the modules to compile, and one fixed batch."""
+def build(name: str, batch: int
+          ) -> tuple[nn.Module, dict[str, nn.Module], tuple[torch.Tensor, ...]]:
+    """The model, the modules to compile (by a name stable across processes), and one
+    fixed batch."""
     torch.manual_seed(0)
     if name == "mlp":
         mlp = SmallMLP()
-        return mlp, [mlp], (torch.randn(batch, 16), torch.rand(batch))
+        return mlp, {"mlp": mlp}, (torch.randn(batch, 16), torch.rand(batch))
     if name == "dlrm-dense":
         dlrm = DenseDLRM()
         ids = torch.randint(0, dlrm.rows, (batch, dlrm.tables, 4))
-        return dlrm, dlrm.dense_parts(), (torch.randn(batch, 13), ids, torch.rand(batch))
+        parts = dict(zip(("dense_arch", "inter_arch", "over_arch"), dlrm.dense_parts(),
+                         strict=True))
+        return dlrm, parts, (torch.randn(batch, 13), ids, torch.rand(batch))
     raise SystemExit(f"unknown model {name!r}")
+
+
+def compile_parts(parts: dict[str, nn.Module], cache: CompileCache | None) -> float:
+    """Compile each part as `compile_dense` does (through `cache.precompile` when given,
+    else `nn.Module.compile`); returns the seconds spent loading precompiled forwards."""
+    start = time.perf_counter()
+    for name, part in parts.items():
+        if cache is not None:
+            cache.precompile(part, name)
+        else:
+            part.compile()
+    return time.perf_counter() - start
 
 
 def model_config(name: str, batch: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-extra", default="{}", help="JSON merged into the config")
     parser.add_argument("--no-compile", action="store_true", help="activate only")
     parser.add_argument(
+        "--compile",
+        choices=["precompiled", "jit"],
+        default="precompiled",
+        help="with the cache on: ahead of time / precompiled (as compile_dense) or "
+        "nn.Module.compile (dynamo traces on every start)",
+    )
+    parser.add_argument(
         "--precompiled-headers",
         action="store_true",
         help="leave inductor's C++ header precompiling on (CompileCache turns it off)",
@@ -183,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         local_dir=args.local_dir,
         restore_inductor_dir=args.cache == "on",
         cpu_precompiled_headers=args.precompiled_headers,
+        defer_artifacts=args.compile == "precompiled",
     )
     if args.cache == "off":
         if args.local_dir is None or args.save:
@@ -194,26 +228,34 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"key": key, "import_s": IMPORT_S, "load": asdict(load)}
     if not args.no_compile:
         model, parts, batch = build(args.model, args.batch)
-        for part in parts:
-            part.compile()
+        precompile = args.cache == "on" and args.compile == "precompiled"
+        install_s = compile_parts(parts, cache if precompile else None)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         times, losses = [], []
-        for _ in range(max(1, args.steps)):
+        for step in range(max(1, args.steps)):
             t = time.perf_counter()
             loss = model(*batch)
+            forward_s = time.perf_counter() - t
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             times.append(time.perf_counter() - t)
             losses.append(float(loss.detach()))
+            if step == 0:
+                breakdown = {**load.breakdown, "install": install_s,
+                             **compile_phase_seconds(), "first_forward": forward_s,
+                             "first_backward": times[0] - forward_s}
         result.update(
             first_step_s=times[0],
-            compile_s=load.seconds + times[0],
+            install_s=install_s,
+            compile_s=load.seconds + install_s + times[0],
+            breakdown=breakdown,
             step_s=statistics.median(times[1:]) if len(times) > 1 else None,
             losses=losses,
             counters=compile_counters(),
         )
         logging.info("compiled: %s", format_counters(result["counters"]))
+        result["needs_save"] = cache.needs_save()
         if args.save:
             t = time.perf_counter()
             result["entry"] = str(cache.save(key))

@@ -61,6 +61,9 @@ class Optimizations:
     parallel_init: bool = True  # pipeline, model, restore and compile overlap
     compile_cache: bool = True  # restore/save the compile cache around torch.compile
     async_checkpoint: bool = True  # stage, then write in the background
+    # the launcher keeps the next attempt's process warm (trainer/standby.py); a restart
+    # hands over to it instead of starting cold. Off for a model that does not fit twice.
+    warm_standby: bool = True
 
 
 @dataclass(frozen=True, slots=True)

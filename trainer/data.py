@@ -189,7 +189,7 @@ class DataPipeline:
     def __init__(
         self,
         spec: ClickLogSpec,
-        start_cursor: int = 0,
+        start_cursor: int | None = 0,
         num_workers: int = 1,
         prefetch: int = 4,
         rank: int = 0,
@@ -199,7 +199,8 @@ class DataPipeline:
         inject_failure_at: int | None = None,
     ) -> None:
         self._spec = spec
-        self._start_cursor = check_cursor(start_cursor, "start_cursor")
+        self._start_cursor = (None if start_cursor is None
+                              else check_cursor(start_cursor, "start_cursor"))
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
@@ -215,8 +216,8 @@ class DataPipeline:
         self._startup_latency_s = float(startup_latency_s)
         self._inject_failure_at = inject_failure_at
         self._step = spec.batch_size * world_size
-        self._cursor = self._start_cursor
-        self._next_cursor = self._start_cursor  # inline mode: the batch to generate next
+        self._cursor = self._start_cursor or 0
+        self._next_cursor = self._cursor  # inline mode: the batch to generate next
         self._pool: WorkerPool | None = None
         if num_workers > 0:
             self._pool = WorkerPool(
@@ -305,8 +306,20 @@ class DataPipeline:
         return self._cursor
 
     @property
-    def start_cursor(self) -> int:
+    def start_cursor(self) -> int | None:
         return self._start_cursor
+
+    def set_start_cursor(self, cursor: int) -> None:
+        """Where a pipeline created with `start_cursor=None` starts. It may have been
+        started (connected: its workers' start-up paid) before: a warm spare's pipeline
+        connects while the spare waits, and learns its cursor from the restore."""
+        check_cursor(cursor, "start_cursor")
+        with self._lock:
+            if self._start_cursor is not None:
+                raise RuntimeError(f"start cursor already set ({self._start_cursor})")
+            self._start_cursor = self._cursor = self._next_cursor = cursor
+            if self._pool is not None:
+                self._pool.set_start_cursor(cursor)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -321,12 +334,17 @@ class DataPipeline:
     def _fetch(self, timeout: float | None) -> Batch:
         if self._closed:
             raise RuntimeError("data pipeline is closed")
+        if self._start_cursor is None:
+            raise RuntimeError("data pipeline has no start cursor yet (set_start_cursor)")
         if self._pool is not None:
             batch = _from_raw(self._spec, self._pool.get(timeout))
         else:
             cursor = self._next_cursor
             if self._first_batch_s is None and self._startup_latency_s > 0:
-                time.sleep(self._startup_latency_s)
+                # the connection has been opening since start() (a warm spare's, early)
+                assert self._started_at is not None
+                time.sleep(max(0.0, self._startup_latency_s
+                               - (time.monotonic() - self._started_at)))
             fail_at = self._inject_failure_at
             if fail_at is not None and cursor + self._step > fail_at:
                 raise RuntimeError(

@@ -279,6 +279,7 @@ def _check_rank(rank: object, world_size: object) -> None:
 # --------------------------------------------------------------------------- worker pool
 
 _PUT_POLL_S = 0.2  # how often a blocked worker checks for stop and for its parent's death
+_START_POLL_S = 0.01  # how often a connected worker looks for its start cursor
 _SLEEP_POLL_S = 0.05  # how often a worker in its startup latency checks for stop
 
 
@@ -330,7 +331,7 @@ def _worker_main(
     spec: ClickLogSpec,
     worker_id: int,
     num_workers: int,
-    start_cursor: int,
+    start_at: Any,  # a shared `multiprocessing.Value`: the start cursor, -1 while unknown
     rank: int,
     world_size: int,
     out: MPQueue[Any],
@@ -345,15 +346,17 @@ def _worker_main(
     must not leave orphans producing into a pipe nobody reads). On those exits it does not
     wait to flush its queue (`cancel_join_thread`), so it can always leave promptly. An
     exception is reported as an ("error", ...) message naming the cursor, flushed, and the
-    exit code is 1. Returns the exit code.
+    exit code is 1. Returns the exit code. Connected, it waits for `start_at` to be known
+    (a warm spare's pipeline connects before its restore says where to start).
     """
     index = worker_id
-    cursor = start_cursor + index * world_size * spec.batch_size
+    cursor = -1
     try:
-        # Stands in for a real pipeline's connection to remote storage (benchmarks only).
-        if startup_latency_s > 0 and stop.sleep(startup_latency_s):
+        start_cursor = _connect(stop, start_at, parent_pid, startup_latency_s)
+        if start_cursor is None:
             out.cancel_join_thread()
             return 0
+        cursor = start_cursor + index * world_size * spec.batch_size
         while True:
             cursor = start_cursor + index * world_size * spec.batch_size
             if fail_at is not None and cursor + world_size * spec.batch_size > fail_at:
@@ -377,6 +380,19 @@ def _worker_main(
         out.close()
         out.join_thread()  # the consumer must get this message: flush it into the pipe
         return 1
+
+
+def _connect(stop: _StopFlag, start_at: Any, parent_pid: int, startup_latency_s: float
+             ) -> int | None:
+    """The worker's start-up: `startup_latency_s` standing in for a real pipeline's
+    connection to remote storage (benchmarks only), then the start cursor once it is
+    known. None: stopped (or orphaned) meanwhile."""
+    if startup_latency_s > 0 and stop.sleep(startup_latency_s):
+        return None
+    while start_at.value < 0:
+        if stop.sleep(_START_POLL_S) or os.getppid() != parent_pid:
+            return None
+    return int(start_at.value)
 
 
 def _shutdown(
@@ -417,7 +433,7 @@ class WorkerPool:
         self,
         spec: ClickLogSpec,
         *,
-        start_cursor: int,
+        start_cursor: int | None,
         num_workers: int,
         prefetch: int,
         rank: int,
@@ -435,6 +451,8 @@ class WorkerPool:
         ctx = multiprocessing.get_context("spawn")
         per_worker = max(1, math.ceil(prefetch / num_workers))
         self._stop = _StopFlag(ctx)
+        # -1: not known yet (`set_start_cursor` tells the workers, connected meanwhile)
+        self._start_at = ctx.Value("q", -1 if start_cursor is None else start_cursor)
         self._queues: list[MPQueue[Any]] = [
             ctx.Queue(maxsize=per_worker) for _ in range(num_workers)
         ]
@@ -443,7 +461,7 @@ class WorkerPool:
                 target=_worker_entry,
                 name=f"ett-data-worker-{k}",
                 args=(
-                    spec, k, num_workers, start_cursor, rank, world_size, self._queues[k],
+                    spec, k, num_workers, self._start_at, rank, world_size, self._queues[k],
                     self._stop, os.getpid(), startup_latency_s, inject_failure_at,
                 ),
                 daemon=True,  # multiprocessing's own exit hook terminates them too
@@ -469,7 +487,15 @@ class WorkerPool:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
+    def set_start_cursor(self, cursor: int) -> None:
+        """Where the workers start, for a pool created without (`start_cursor=None`)."""
+        if self._start_cursor is not None:
+            raise RuntimeError(f"start cursor already set ({self._start_cursor})")
+        self._start_cursor = cursor
+        self._start_at.value = cursor
+
     def _cursor_of(self, index: int) -> int:
+        assert self._start_cursor is not None, "no start cursor yet"
         return self._start_cursor + index * self._world * self._spec.batch_size
 
     def get(self, timeout: float | None = None) -> RawBatch:

@@ -46,6 +46,10 @@ EXIT_BAD_CONFIG = 78  # EX_CONFIG: will not heal by retrying: fail fast
 #: `trainer/launcher.py`. On storage every node sees, one launcher reads every node's.
 EXIT_DIR_ENV: Final = "ETT_EXIT_DIR"
 
+#: The file an attempt creates once its first step has finished (the launcher sets it
+#: when it keeps a warm standby: the spare starts then, `trainer/standby.py`).
+FIRST_STEP_FILE_ENV: Final = "ETT_FIRST_STEP_FILE"
+
 
 class ExitRecord:
     """This rank's exit record: how it ended, for the launcher to find the root cause of a

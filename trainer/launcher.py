@@ -25,6 +25,7 @@ application, a bad config on any rank is not retried.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -49,6 +50,7 @@ from airflow_ett.trainer.faults import (
     EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
+    FIRST_STEP_FILE_ENV,
 )
 from airflow_ett.trainer.rank_failures import (
     ExitRecordError,
@@ -57,6 +59,7 @@ from airflow_ett.trainer.rank_failures import (
     root_cause,
     tier,
 )
+from airflow_ett.trainer.standby import Spare, pump_output
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -174,6 +177,20 @@ def _exit_dir(nproc: int) -> Iterator[Path | None]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _signal_dir(wanted: bool) -> Iterator[Path | None]:
+    """A fresh directory for the running attempt to signal its first step in (None when
+    no spare is wanted), removed afterwards."""
+    if not wanted:
+        yield None
+        return
+    directory = Path(tempfile.mkdtemp(prefix="ett-attempt-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptOutcome:
     number: int
@@ -231,13 +248,18 @@ class Rendezvous:
 
 
 def trainer_command(config: str | Path, *, nproc: int = 1, prewarm: bool = False,
-                    python: str = sys.executable, rendezvous: Rendezvous | None = None
-                    ) -> list[str]:
+                    standby: bool = False, python: str = sys.executable,
+                    rendezvous: Rendezvous | None = None) -> list[str]:
     """The command line of one attempt: the module directly, or under torchrun (on one
-    node, `--standalone`; on several, this node's agent of `rendezvous`)."""
+    node, `--standalone`; on several, this node's agent of `rendezvous`). `standby`: a
+    warm spare for the next attempt (one process only; `trainer/standby.py`)."""
     args = ["-m", "airflow_ett.trainer", "--config", str(config)]
     if prewarm:
         args.append("--prewarm")
+    if standby:
+        if nproc > 1 or rendezvous is not None:
+            raise ValueError("a warm standby is one process: not under torchrun")
+        args.append("--standby")
     if nproc <= 1 and rendezvous is None:
         return [python, *args]
     torchrun = str(Path(python).with_name("torchrun"))
@@ -245,24 +267,11 @@ def trainer_command(config: str | Path, *, nproc: int = 1, prewarm: bool = False
     return [torchrun, *where, "--nproc-per-node", str(nproc), *args]
 
 
-def _stream(proc: subprocess.Popen[str], on_output: Callable[[str], None]
-            ) -> threading.Thread:
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            # a logging problem must not stop the child's pipe draining
-            with contextlib.suppress(Exception):
-                on_output(line.rstrip("\n"))
-
-    thread = threading.Thread(target=pump, name="trainer-output", daemon=True)
-    thread.start()
-    return thread
-
-
 def _wait_attempt(proc: subprocess.Popen[Any], tree: ProcessTree,
-                  timeout: float | None) -> int:
-    """Wait for the attempt, walking its tree as it runs; past `timeout` SIGKILL all of it.
-    Once the top process has ended, kill what is left of the tree (orphans)."""
+                  timeout: float | None, tick: Callable[[], None] | None = None) -> int:
+    """Wait for the attempt, walking its tree as it runs (and calling `tick`) every
+    `TREE_POLL_S`; past `timeout` SIGKILL all of it. Once the top process has ended, kill
+    what is left of the tree (orphans)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     code: int | None = None
     while code is None:
@@ -278,11 +287,15 @@ def _wait_attempt(proc: subprocess.Popen[Any], tree: ProcessTree,
                 code = proc.wait()
             else:
                 tree.refresh()
+                if tick is not None:
+                    tick()
     leftovers = tree.refresh()
     if leftovers:
         killed = tree.kill()
-        log.warning("the attempt's top process ended (exit %d) and left %d process(es) "
-                    "running: SIGKILL to %s", code, len(leftovers), killed)
+        # processes on their way out (a worker that saw its parent go) are not news
+        (log.warning if killed else log.debug)(
+            "the attempt's top process ended (exit %d) and left %d process(es) running: "
+            "SIGKILL to %s", code, len(leftovers), killed)
         still = tree.wait(10.0)
         if still:
             log.error("processes of the attempt still run after SIGKILL: %s",
@@ -307,6 +320,7 @@ def run_attempts(
     timeout: float | None = None,
     extra_args: Sequence[str] = (),
     stop: threading.Event | None = None,
+    warm_standby: bool = False,
 ) -> LaunchResult:
     """Run attempts `first_attempt, first_attempt+1, ...` until one succeeds, one fails
     in a way a restart cannot heal, or `max_attempts` ran. `report_unreported` is told
@@ -315,42 +329,140 @@ def run_attempts(
     runs right after each launch (the operator keeps `proc` for `on_kill`);
     `on_output`, when given, receives the child's output line by line (stdout and
     stderr merged) instead of `stdout`, so a caller can stream it into its own log.
-    Once `stop` is set no further attempt starts (the task is being killed)."""
+    Once `stop` is set no further attempt starts (the task is being killed).
+
+    With `warm_standby` (one process per attempt only: `trainer/standby.py` says why),
+    while an attempt runs the next one's process is started and warmed up beside it; a
+    restart then hands over to it instead of starting a cold process."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts = {max_attempts!r}: must be >= 1")
+    launch = _Launch(config, job_id, nproc, attempt_id, {**os.environ, **(env or {})},
+                     cwd, stdout, on_start, on_output, timeout, extra_args,
+                     warm_standby, first_attempt + max_attempts - 1)
     result = LaunchResult()
-    base_env = {**os.environ, **(env or {})}
-    for number in range(first_attempt, first_attempt + max_attempts):
-        if stop is not None and stop.is_set():
-            break
-        aid = attempt_id(number)
-        child_env = {**base_env, "ETT_JOB_ID": job_id, "ETT_ATTEMPT_ID": aid,
-                     "ETT_ATTEMPT_NUMBER": str(number)}
-        started = time.time()
-        with _exit_dir(nproc) as exits:
-            if exits is not None:
-                child_env[EXIT_DIR_ENV] = str(exits)
-            code = _run_one(config, nproc, extra_args, child_env, cwd, stdout, on_output,
-                            on_start, number, aid, timeout)
-            ranks = exit_records(exits, nproc) if exits is not None else []
-        # torchrun itself killed (a signal: the timeout, the OOM killer) says it all
-        exit_class = classify_ranks(code, ranks) if 0 < code < 128 else classify_exit(code)
-        outcome = AttemptOutcome(number, aid, code, exit_class, started, time.time(),
-                                 tuple(ranks))
-        result.attempts.append(outcome)
-        if not outcome.exit_class.reported_by_child and report_unreported is not None:
-            report_unreported(outcome)
-        if code == EXIT_OK or not outcome.exit_class.retryable:
-            break
+    try:
+        for number in range(first_attempt, first_attempt + max_attempts):
+            if stop is not None and stop.is_set():
+                break
+            outcome = launch.attempt(number)
+            result.attempts.append(outcome)
+            if not outcome.exit_class.reported_by_child and report_unreported is not None:
+                report_unreported(outcome)
+            if outcome.exit_code == EXIT_OK or not outcome.exit_class.retryable:
+                break
+    finally:
+        launch.discard_spare()
     return result
 
 
-def _run_one(config: str | Path, nproc: int, extra_args: Sequence[str],
-             child_env: dict[str, str], cwd: str | Path | None, stdout: IO[str] | None,
-             on_output: Callable[[str], None] | None,
-             on_start: Callable[[subprocess.Popen[str], int, str], None] | None,
-             number: int, aid: str, timeout: float | None) -> int:
-    """Start one attempt, stream its output, wait for it (see `_wait_attempt`)."""
+@dataclass(slots=True)
+class _Launch:
+    """What every attempt of one `run_attempts` call is started with, and the warm spare
+    waiting to be the next one (`trainer/standby.py`)."""
+
+    config: str | Path
+    job_id: str
+    nproc: int
+    attempt_id: Callable[[int], str]
+    base_env: dict[str, str]
+    cwd: str | Path | None
+    stdout: IO[str] | None
+    on_start: Callable[[subprocess.Popen[str], int, str], None] | None
+    on_output: Callable[[str], None] | None
+    timeout: float | None
+    extra_args: Sequence[str]
+    warm_standby: bool
+    last: int
+    spare: Spare | None = None
+
+    def __post_init__(self) -> None:
+        if self.warm_standby and self.nproc > 1:
+            log.info("no warm standby under torchrun (nproc %d): a spare would have to be "
+                     "a whole spare world; restarts start cold", self.nproc)
+            self.warm_standby = False
+
+    def attempt(self, number: int) -> AttemptOutcome:
+        """Start attempt `number` (on the spare, if one is warm), start the next one's
+        spare beside it, wait for it to end, classify how it ended."""
+        aid = self.attempt_id(number)
+        env = _attempt_env(self.base_env, self.job_id, aid, number)
+        started = time.time()
+        with _exit_dir(self.nproc) as exits, _signal_dir(self._wants_spare(number)) as sig:
+            if exits is not None:
+                env[EXIT_DIR_ENV] = str(exits)
+            if sig is not None:
+                env[FIRST_STEP_FILE_ENV] = str(sig / "first-step")
+            spare, self.spare = self.spare, None
+            proc, tree, reader = _launch(self.config, self.nproc, self.extra_args, env,
+                                         self.cwd, self.stdout, self.on_output, spare,
+                                         started)
+            if self.on_start is not None:
+                self.on_start(proc, number, aid)
+            tick = None
+            if sig is not None:
+                tick = functools.partial(self._spare_once_training, number + 1,
+                                         sig / "first-step")
+            code = _wait_attempt(proc, tree, self.timeout, tick)
+            if reader is not None:
+                # The trainer's spawned data workers share the pipe and die with it; do
+                # not let one that lingers hold the launcher up.
+                reader.join(timeout=5.0)
+            ranks = exit_records(exits, self.nproc) if exits is not None else []
+        # torchrun itself killed (a signal: the timeout, the OOM killer) says it all
+        exit_class = classify_ranks(code, ranks) if 0 < code < 128 else classify_exit(code)
+        return AttemptOutcome(number, aid, code, exit_class, started, time.time(),
+                              tuple(ranks))
+
+    def _wants_spare(self, number: int) -> bool:
+        return self.warm_standby and number < self.last
+
+    def _spare_once_training(self, number: int, first_step: Path) -> None:
+        """Start the next attempt's spare once the running one has finished its first
+        step: not before, so that the spare's warm-up does not compete with the running
+        attempt's own start (TTS) for the CPU."""
+        if self.spare is None and first_step.exists():
+            self.spare = self._start_spare(number)
+
+    def _start_spare(self, number: int) -> Spare:
+        aid = self.attempt_id(number)
+        output = self.on_output
+        if output is None and self.stdout is not None:
+            output = _writer(self.stdout)
+        return Spare.start(
+            [*trainer_command(self.config, standby=True), *self.extra_args],
+            number=number, attempt_id=aid,
+            env=_attempt_env(self.base_env, self.job_id, aid, number),
+            cwd=None if self.cwd is None else str(self.cwd), on_output=output)
+
+    def discard_spare(self) -> None:
+        if self.spare is not None:
+            self.spare.discard()
+            self.spare = None
+
+
+def _attempt_env(base_env: dict[str, str], job_id: str, aid: str, number: int
+                 ) -> dict[str, str]:
+    return {**base_env, "ETT_JOB_ID": job_id, "ETT_ATTEMPT_ID": aid,
+            "ETT_ATTEMPT_NUMBER": str(number)}
+
+
+def _writer(stream: IO[str]) -> Callable[[str], None]:
+    def write(line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+
+    return write
+
+
+def _launch(config: str | Path, nproc: int, extra_args: Sequence[str],
+            child_env: dict[str, str], cwd: str | Path | None, stdout: IO[str] | None,
+            on_output: Callable[[str], None] | None, spare: Spare | None, now: float
+            ) -> tuple[subprocess.Popen[str], ProcessTree, threading.Thread | None]:
+    """The attempt's process: the warm spare told to go, when there is one that can, else
+    a new one; with the thread streaming its output, if any."""
+    handed = {k: v for k, v in child_env.items() if k == FIRST_STEP_FILE_ENV}
+    if spare is not None and spare.go(now, handed):
+        return spare.proc, ProcessTree(spare.proc), spare.reader
     sink: IO[str] | int | None = subprocess.PIPE if on_output is not None else stdout
     proc = subprocess.Popen(
         [*trainer_command(config, nproc=nproc), *extra_args], env=child_env, cwd=cwd,
@@ -358,12 +470,5 @@ def _run_one(config: str | Path, nproc: int, extra_args: Sequence[str],
         errors="replace",
     )
     tree = ProcessTree(proc)  # before anything can signal it
-    reader = _stream(proc, on_output) if on_output is not None else None
-    if on_start is not None:
-        on_start(proc, number, aid)
-    code = _wait_attempt(proc, tree, timeout)
-    if reader is not None:
-        # The trainer's spawned data workers share the pipe and die with it; do not
-        # let one that lingers hold the launcher up.
-        reader.join(timeout=5.0)
-    return code
+    reader = pump_output(proc, on_output) if on_output is not None else None
+    return proc, tree, reader

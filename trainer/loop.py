@@ -32,9 +32,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 import torch
 import torch.distributed as dist
@@ -57,6 +58,7 @@ from airflow_ett.trainer.faults import (
     EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
+    FIRST_STEP_FILE_ENV,
     FaultInjector,
     PreemptionFlag,
     exit_record,
@@ -70,8 +72,16 @@ if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) l
     from airflow_ett.trainer.checkpoint import CheckpointManager, SaveResult
     from airflow_ett.trainer.compile_cache import CompileCache
     from airflow_ett.trainer.data import Batch, ClickLogSpec, DataPipeline
+    from airflow_ett.trainer.standby import PhaseRecorder
 
 log = logging.getLogger("airflow_ett.trainer")
+
+
+class Phases(Protocol):
+    """Where a start-up step's phase goes: the emitter, or a warm spare's recorder
+    (`trainer/standby.py`), which reports it only once the spare is the attempt."""
+
+    def phase(self, name: str, component: Any = None) -> AbstractContextManager[str]: ...
 
 @dataclass(frozen=True, slots=True)
 class Identity:
@@ -195,6 +205,7 @@ class Trainer:
     _cache_to_save: CompileCache | None = None  # the cache missed: save after the first step
     _cache_saver: threading.Thread | None = None
     _faults: FaultInjector | None = None  # set by `train`: a slow_save acts in `save`
+    _warmed: bool = False  # a warm spare: model built and compiled before it was needed
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -210,8 +221,9 @@ class Trainer:
             batch_size=self.cfg.batch_size,
         )
 
-    def _data_pipeline(self, start_cursor: int) -> DataPipeline:
-        """This rank's pipeline from `start_cursor` (created, not started)."""
+    def _data_pipeline(self, start_cursor: int | None) -> DataPipeline:
+        """This rank's pipeline from `start_cursor` (created, not started; None: a cursor
+        set later, `DataPipeline.set_start_cursor`)."""
         from airflow_ett.trainer.data import DataPipeline
 
         cfg = self.cfg
@@ -238,6 +250,9 @@ class Trainer:
             cfg.checkpoint_dir,
             keep_last=cfg.keep_last,
             async_save=cfg.optimizations.async_checkpoint,
+            # the staging copy runs while the loop goes on to the next batch; `_step`
+            # waits for it before the forward (the first use that may modify the state)
+            overlap_staging=cfg.optimizations.async_checkpoint,
             on_commit=self._on_commit,
             interval=IntervalPolicy.from_config(cfg, lambda: _history(cfg, self.ident.job_id)),
         )
@@ -322,10 +337,11 @@ class Trainer:
             batch_size=self.cfg.batch_size, world_size=world_size or self.env.world_size,
         )
 
-    def _compile(self, batch: Batch, cache: CompileCache | None) -> bool:
+    def _compile(self, batch: Batch, cache: CompileCache | None,
+                 phases: Phases | None = None) -> bool:
         """Compile (through the cache when there is one); True when the cache missed and
-        should be saved once backward has run."""
-        em = self.emitter
+        should be saved once backward has run. Phases go to `phases` (the emitter)."""
+        em = phases if phases is not None else self.emitter
         missed = False
         with em.phase("compile"):
             if cache is not None:
@@ -336,20 +352,45 @@ class Trainer:
                     "compile cache %s (%s)", "hit" if load.hit else "miss", load.reason or "ok"
                 )
             self._compile_on(batch)
-        return missed
+        # a hit whose forwards could not all be loaded compiled them here: save those too,
+        # or every later start compiles them again
+        return missed or (cache is not None and cache.needs_save())
+
+    def warm_up(self, phases: PhaseRecorder) -> None:
+        """A warm spare's part of the start, before it is an attempt (nothing reported:
+        `phases` records): the model built and compiled on the fast batch through the
+        compile cache, and the data pipeline connected (its workers started, waiting to
+        be told the cursor: the restore says it). `start` then restores, gives the
+        pipeline its cursor and skips the rest."""
+        from airflow_ett.trainer.data import fast_batch
+
+        self.pipeline = self._data_pipeline(None)
+        self.pipeline.start()
+        with phases.phase("model_creation"):
+            self._build_model()
+        cache = self._compile_cache()
+        if self.cfg.compile and self._compile(
+                fast_batch(self._spec()).to(self.env.device), cache, phases):
+            self._cache_to_save = cache
+        self._warmed = True
 
     def start(self) -> Iterator[Batch]:
         """Everything up to the first real batch; returns the batch iterator."""
         cfg, em = self.cfg, self.emitter
-        trainer_init = em.phase_start("trainer_init", ts=self.process_start)
+        trainer_init = None if self._warmed else em.phase_start(
+            "trainer_init", ts=self.process_start)
         if self.env.world_size > 1 and not dist.is_initialized():
             with em.phase("process_group_init"):
                 dist.init_process_group("nccl" if self.env.device.type == "cuda" else "gloo")
         self.manager = self._checkpoint_manager()
         resume = self._discover()
-        self.pipeline = self._data_pipeline(int(resume["cursor"]) if resume else 0)
-        em.phase_end("trainer_init", trainer_init)
-        cache = self._compile_cache()
+        if self._warmed:  # connected while the spare waited
+            self.pipeline.set_start_cursor(int(resume["cursor"]) if resume else 0)
+        else:
+            self.pipeline = self._data_pipeline(int(resume["cursor"]) if resume else 0)
+        if trainer_init is not None:
+            em.phase_end("trainer_init", trainer_init)
+        cache = None if self._warmed else self._compile_cache()
         missed = self._start_data_and_model(resume, cache)
         if self.pipeline.cursor() != self.cursor:
             # restore fell back to an older checkpoint than discovery saw
@@ -362,7 +403,7 @@ class Trainer:
             self.pipeline = self._data_pipeline(self.cursor)
             self._start_pipeline()
         batches: Iterator[Batch] = iter(self.pipeline)
-        if cfg.compile and not cfg.optimizations.fast_batch:
+        if cfg.compile and not cfg.optimizations.fast_batch and not self._warmed:
             first = next(batches)
             missed.append(self._compile(first.to(self.env.device), cache))
             batches = _chain_first(first, batches)
@@ -388,13 +429,14 @@ class Trainer:
                 data_error.append(exc)
 
         def build_restore_compile() -> None:
-            with em.phase("model_creation"):
-                self._build_model()
+            if not self._warmed:
+                with em.phase("model_creation"):
+                    self._build_model()
             if resume is not None:
                 with em.phase("checkpoint_restore"):
                     restored = self._restore()
                 self._resume_from(restored)
-            if cfg.compile and cfg.optimizations.fast_batch:
+            if cfg.compile and cfg.optimizations.fast_batch and not self._warmed:
                 missed.append(self._compile(fast_batch(self._spec()).to(self.env.device), cache))
 
         if cfg.optimizations.parallel_init:
@@ -589,6 +631,9 @@ class Trainer:
     def _step(self, batch: Batch, progress: Progress) -> tuple[float, float]:
         """One training step on `batch`, recorded; returns (loss, when it ended)."""
         batch = batch.to(self.env.device)
+        if self.manager.staging_pending:  # the last save's copy lands before any update
+            with self.emitter.phase("checkpoint_save_blocking"):
+                self.manager.wait_staged()
         t0 = time.time()
         loss = float(self._train_step(batch))
         if self.cfg.step_sleep_s:
@@ -602,6 +647,12 @@ class Trainer:
     def _after_first_step(self) -> None:
         """Compilation is complete once backward ran: report it, and save a cache that
         missed (off the loop's critical path; `close` joins it so the entry is whole)."""
+        first_step_file = os.environ.get(FIRST_STEP_FILE_ENV)
+        if first_step_file and self.env.is_reporter:  # the launcher's cue for a spare
+            try:
+                Path(first_step_file).touch()
+            except OSError as exc:
+                log.warning("cannot signal the first step (%s): %s", first_step_file, exc)
         if self.cfg.compile:
             _log_compile_counters("after the first real step")
         cache, self._cache_to_save = self._cache_to_save, None
@@ -837,18 +888,30 @@ def _rank_emitter(ident: Identity, env: DistEnv, sink: JsonlSink | None) -> Emit
 
 
 def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False,
-        prewarm_world_size: int | None = None) -> int:
-    """One attempt: returns the process exit code (see `faults.py`)."""
+        prewarm_world_size: int | None = None, standby: TextIO | None = None) -> int:
+    """One attempt: returns the process exit code (see `faults.py`). With `standby` (the
+    stream the launcher says go on), a warm spare: warm up, wait, then be the attempt
+    from the go time on, or exit quietly when not needed (`trainer/standby.py`)."""
     env = DistEnv.from_environment()
     sink = JsonlSink(cfg.events_file) if cfg.events_file is not None else None
     emitter = _rank_emitter(ident, env, sink)
     if prewarm:
         return _prewarm(cfg, ident, env, emitter, prewarm_world_size)
     trainer = Trainer(cfg, ident, env, emitter, process_start)
+    warm_up: _WarmUp | None = None
+    if standby is not None:
+        warm_up = _stand_by(trainer, standby)
+        if warm_up is None:
+            trainer.close()
+            emitter.close()
+            return EXIT_OK
+        trainer.process_start = warm_up.go_ts
     trainer.preemption.install()
-    emitter.attempt_started(host=socket.gethostname(), ts=process_start)
+    emitter.attempt_started(host=socket.gethostname(), ts=trainer.process_start)
     code = EXIT_APPLICATION
     try:
+        if warm_up is not None:
+            warm_up.report(emitter)
         batches = trainer.start()
         code = trainer.train(batches)
         if code == EXIT_OK:
@@ -887,6 +950,51 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
         _log_delivery(emitter, ident, env)
 
 
+@dataclass(frozen=True, slots=True)
+class _WarmUp:
+    """A spare's warm-up, once it was told to go: when, the part of its phases the job
+    waited for, and the error it met, raised as the attempt's own once it is one."""
+
+    go_ts: float
+    waited: list[Any]  # standby.Recorded, clipped to go_ts
+    error: Exception | None
+
+    def report(self, emitter: Emitter) -> None:
+        for phase in self.waited:
+            span = emitter.phase_start(phase.name, ts=phase.start)
+            emitter.phase_end(phase.name, span, ts=phase.end)
+        if self.error is not None:
+            raise self.error
+
+
+def _stand_by(trainer: Trainer, stream: TextIO) -> _WarmUp | None:
+    """Warm up, then wait for the launcher's go; None when it lets the spare go."""
+    from airflow_ett.trainer.standby import (
+        PhaseRecorder,
+        Recorded,
+        clip_to,
+        read_go,
+        restore_priority,
+    )
+
+    recorder = PhaseRecorder([Recorded("trainer_init", trainer.process_start, time.time())])
+    error: Exception | None = None
+    try:
+        trainer.warm_up(recorder)
+    except Exception as exc:  # the attempt's failure, if it is ever told to go
+        log.exception("warm standby: warm-up failed")
+        error = exc
+    log.info("warm standby ready %.1f s after its start: waiting to be told to go",
+             time.time() - trainer.process_start)
+    go = read_go(stream)
+    if go is None:
+        log.info("warm standby not needed: exiting")
+        return None
+    os.environ.update(go.env)
+    restore_priority()
+    return _WarmUp(go.ts, clip_to(recorder.recorded, go.ts), error)
+
+
 def _log_delivery(emitter: Emitter, ident: Identity, env: DistEnv) -> None:
     """One line saying what this rank's writer did with its events (`Emitter.delivery`):
     whoever reconciles the store against its reporters (the distributed tests; an
@@ -911,6 +1019,10 @@ def _exit_now(trainer: Trainer, emitter: Emitter, code: int) -> NoReturn:
     which is known not to fit the grace. Its step directory stays uncommitted (the next
     attempt removes it) and the newest committed checkpoint is what resumes."""
     log.warning("leaving without waiting for the checkpoint in flight")
+    manager = getattr(trainer, "manager", None)
+    # a commit half reported is worse than none: wait out one being written, stop the rest
+    if manager is not None and not manager.commit_lock.acquire(timeout=5.0):
+        log.warning("a checkpoint commit did not finish within 5 s: leaving anyway")
     pipeline = getattr(trainer, "pipeline", None)
     if pipeline is not None:
         try:

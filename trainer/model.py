@@ -33,6 +33,7 @@ from airflow_ett.trainer.model_config import (
 
 __all__ = [
     "BUNDLED",
+    "DENSE_PARTS",
     "DLRMTrainModule",
     "ModelConfig",
     "ModelConfigError",
@@ -97,9 +98,23 @@ def dense_modules(train_module: nn.Module) -> Iterable[nn.Module]:
     return modules
 
 
+#: Names of `dense_modules`' parts, in order: the keys of their precompiled forwards.
+DENSE_PARTS = ("dense_arch", "inter_arch", "over_arch")
+
+
 def compile_dense(train_module: nn.Module, *, dynamic: bool = False) -> None:
     """Compile the dense arches in place (state-dict keys unchanged). Shapes are fixed
     by the data pipeline (fixed bag length, fixed batch), so `dynamic=False` avoids
-    dynamic-shape guards; a last partial batch is never produced."""
-    for module in dense_modules(train_module):
-        module.compile(dynamic=dynamic)
+    dynamic-shape guards; a last partial batch is never produced.
+
+    With a compile cache activated in this process (`CompileCache.activate`), each part
+    is compiled ahead of time, or loaded from the entry without a dynamo trace
+    (`CompileCache.precompile`); without one, `nn.Module.compile` as torch does it."""
+    from airflow_ett.trainer.compile_cache import active_cache
+
+    cache = active_cache()
+    for name, module in zip(DENSE_PARTS, dense_modules(train_module), strict=True):
+        if cache is not None:
+            cache.precompile(module, name, dynamic=dynamic)
+        else:
+            module.compile(dynamic=dynamic)

@@ -30,5 +30,5 @@ DEMO_JOB: Final[dict[str, Any]] = {
 
 ALL_OFF: Final[dict[str, bool]] = {
     name: False for name in ("fast_batch", "parallel_init", "compile_cache",
-                             "async_checkpoint", "standalone_publish")
+                             "async_checkpoint", "warm_standby", "standalone_publish")
 }

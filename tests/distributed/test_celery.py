@@ -62,7 +62,8 @@ lost = training_job("dist_lost_worker", model="dlrm_tiny", tenant="t", steps=240
                     trainer_options={{**TINY, "compile": False, "step_sleep_s": 0.05}})
 # the load: train (gpu) >> publish (cpu), twenty at once
 load = training_job("dist_load", model="dlrm_tiny", tenant="t", steps=20,
-                    checkpoint_interval=10, optimizations={{"compile_cache": False}},
+                    checkpoint_interval=10,
+                    optimizations={{"compile_cache": False, "warm_standby": False}},
                     trainer_options={{**TINY, "compile": False}})
 '''
 # A lost worker is noticed after this many seconds without a task heartbeat (Airflow's

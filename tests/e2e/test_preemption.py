@@ -69,7 +69,7 @@ TRAINER = {"compile": False, "num_workers": 0, "batch_size": 64, "seed": 5,
 DAGS = f'''# two lifecycle DAGs (Airflow parses a file only if it says "airflow" and "DAG")
 from airflow_ett.operators import training_job
 
-OPTS = {{"compile_cache": False, "standalone_publish": False}}
+OPTS = {{"compile_cache": False, "standalone_publish": False, "warm_standby": False}}
 # the data pipeline takes 15 s to start: the job is in startup meanwhile; then it saves
 # every 30 steps (about 3 s), so that its cadence is known when the controller looks; its
 # third save, on its first attempt, is slow (20 s: slow storage), so that it is caught

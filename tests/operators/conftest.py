@@ -42,6 +42,9 @@ def context(run_id: str, *, try_number: int = 1, max_tries: int = 0,
 TINY: dict[str, Any] = {
     "model": "dlrm_tiny", "steps": 30, "batch_size": 64, "compile": False, "num_workers": 0,
     "checkpoint_interval": 10, "log_every_s": 1.0, "seed": 7,
+    # no spare processes where the test is not about them (a spare costs a trainer's
+    # start-up in CPU); test_train_operator turns it on where it is
+    "optimizations": {"warm_standby": False},
 }
 
 

@@ -37,6 +37,18 @@ def test_params_override_steps_and_faults() -> None:
     assert apply_params(base, {"unrelated": 1}) == base
 
 
+def test_the_form_submitted_unchanged_keeps_every_configured_fault() -> None:
+    """The form's defaults show the first fault only; submitting them unchanged (every
+    triggered run does) must not drop the second (a job with two injected failures)."""
+    two = {**TINY, "faults": [{"kind": "raise", "at_step": 30, "attempt": 1},
+                              {"kind": "kill", "at_step": 70, "attempt": 2}]}
+    form = {"steps": 100, "inject_fault": "raise", "fault_at_step": 30, "fault_attempt": 1}
+    assert apply_params(two, form)["faults"] == two["faults"]
+    changed = apply_params(two, {**form, "fault_at_step": 31})["faults"]
+    assert changed == [{"kind": "raise", "at_step": 31, "attempt": 1}]
+    assert apply_params({**TINY, "faults": []}, {"inject_fault": "none"})["faults"] == []
+
+
 @pytest.mark.parametrize(("params", "named"), [
     ({"steps": 0}, "'steps' = 0"),
     ({"steps": "many"}, "'steps' = 'many'"),

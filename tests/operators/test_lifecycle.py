@@ -68,7 +68,7 @@ def test_optimizations_off_is_the_baseline_shape() -> None:
     assert train.publish_in_task
     opts = train.trainer_config["optimizations"]
     assert opts == {"fast_batch": True, "parallel_init": True, "compile_cache": False,
-                    "async_checkpoint": False}
+                    "async_checkpoint": False, "warm_standby": True}
 
 
 def test_record_false_drops_the_ett_tag_and_recording() -> None:

@@ -6,6 +6,7 @@ the operator and the trainer recorded back from a real (SQLite) ETT store.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -51,12 +52,19 @@ def test_first_attempt_number_continues_over_tries() -> None:
     assert first_attempt_number(None, 3, 1) == 5  # without it: 2 launches per earlier try
 
 
+@pytest.mark.parametrize("warm_standby", [False, True])
 def test_a_killed_trainer_is_restarted_in_place_and_the_kill_is_recorded(
-        ett_home: Path) -> None:
-    op = operator(restarts=1, config={"faults": [{"kind": "kill", "at_step": 15,
-                                                   "attempt": 1}]})
+        ett_home: Path, warm_standby: bool, caplog: pytest.LogCaptureFixture) -> None:
+    """With `warm_standby` the restart is the spare the launcher started once attempt 1
+    had stepped (trainer/standby.py); the record is the same either way."""
+    op = operator(restarts=1, config={
+        "faults": [{"kind": "kill", "at_step": 15, "attempt": 1}], "step_sleep_s": 0.05,
+        "optimizations": {"warm_standby": warm_standby}})
     store = DictStateStore()
-    result = op.execute(context("kill", store=store))
+    with caplog.at_level(logging.INFO, logger="airflow_ett.trainer"):
+        result = op.execute(context("kill", store=store))
+    took_over = [r for r in caplog.records if "taken over by its warm standby" in r.message]
+    assert len(took_over) == (1 if warm_standby else 0), caplog.text[-3000:]
     assert result["attempts"] == ["1.1", "1.2"]
     assert result["exit_codes"] == [-9, 0]
     assert store[ATTEMPTS_KEY] == 2

@@ -185,8 +185,126 @@ def test_compile_counters_reports_ints() -> None:
         "fx_graph_cache_bypasses",
         "aot_autograd_cache_hits",
         "aot_autograd_cache_misses",
+        "precompiled_loaded",
+        "precompiled_compiled",
+        "precompiled_fallbacks",
     }
     assert all(isinstance(v, int) and v >= 0 for v in counters.values())
+
+
+def test_format_counters_names_precompiled_forwards_only_when_there_are_some() -> None:
+    counters = dict.fromkeys(compile_counters(), 0)
+    counters.update(precompiled_loaded=3, precompiled_fallbacks=1)
+    assert format_counters(counters).endswith(
+        "(aot 0/0), precompiled loaded 3, compiled 0, just in time 1"
+    )
+
+
+def test_precompile_needs_activate_and_unique_names(tmp_path: Path) -> None:
+    cache = CompileCache(tmp_path / "root", local_dir=tmp_path / "local")
+    module = torch.nn.Linear(2, 2)
+    with pytest.raises(RuntimeError, match="call activate"):
+        cache.precompile(module, "lin")
+    cache.activate("k1")
+    assert cc.active_cache() is cache
+    assert cache.precompile(module, "lin") is False  # nothing in the (missing) entry
+    with pytest.raises(ValueError, match="'lin' is empty or already used"):
+        cache.precompile(torch.nn.Linear(2, 2), "lin")
+
+
+def test_a_precompiled_forward_pickles_as_the_eager_forward(tmp_path: Path) -> None:
+    """Dynamo pickles a module's attributes with its guards, and `deepcopy` does too: the
+    copy must be a plain module, not one tied to this process's compile."""
+    import copy
+
+    cache = CompileCache(tmp_path / "root", local_dir=tmp_path / "local")
+    cache.activate("k1")
+    module = torch.nn.Linear(2, 2)
+    cache.precompile(module, "lin")
+    clone = copy.deepcopy(module)
+    assert not isinstance(clone.forward, cc.PrecompiledForward)
+    x = torch.ones(1, 2)
+    assert torch.equal(clone(x), torch.nn.functional.linear(x, clone.weight, clone.bias))
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {},
+        {"m": {"offset": 0, "size": 10_000}},
+        {"m": {"offset": -1, "size": 1}},
+        {"m": [0, 1]},
+    ],
+)
+def test_a_bad_precompiled_index_drops_that_part_alone(
+    tmp_path: Path, fake_artifacts: list[bytes], index: dict[str, Any]
+) -> None:
+    root, entry = _make_entry(tmp_path)
+    blob = b"not a pickle"
+    (entry / "precompiled-x.bin").write_bytes(blob)
+    import hashlib
+
+    _rewrite_manifest(entry, precompiled={
+        "file": "precompiled-x.bin", "size": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(), "forwards": index,
+    })
+    load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
+    assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, True)
+    assert load.precompiled == () and not load.artifacts_deferred
+    assert load.reason is not None and "precompiled forwards not read" in load.reason
+
+
+def test_a_forward_the_saver_could_not_precompile_is_not_tried_again(
+    tmp_path: Path, fake_artifacts: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, entry = _make_entry(tmp_path)
+    _rewrite_manifest(entry, jit_forwards=["lin"])
+    calls: list[str] = []
+
+    def ahead(self: cc.PrecompiledForward, args: Any, kwargs: Any) -> None:
+        calls.append("ahead")
+
+    def jit(self: cc.PrecompiledForward, args: Any, kwargs: Any) -> Any:
+        calls.append("jit")
+        return self._fn(self._module, *args, **kwargs)
+
+    monkeypatch.setattr(cc.PrecompiledForward, "_compile_ahead", ahead)
+    monkeypatch.setattr(cc.PrecompiledForward, "_just_in_time", jit)
+    cache = CompileCache(root, local_dir=tmp_path / "reader")
+    cache.activate("k1")
+    lin, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    cache.precompile(lin, "lin")
+    cache.precompile(other, "other")
+    lin(torch.ones(1, 2))
+    assert calls == ["jit"]
+    other(torch.ones(1, 2))
+    assert calls == ["jit", "ahead", "jit"]  # not in jit_forwards: tried ahead first
+    assert not cache.needs_save()  # nothing was compiled ahead of time here
+
+
+def test_precompiled_forwards_defer_the_artifacts_until_a_jit_compile(
+    tmp_path: Path, fake_artifacts: list[bytes]
+) -> None:
+    root, entry = _make_entry(tmp_path)
+    blob = b"two forwards"
+    (entry / "precompiled-x.bin").write_bytes(blob)
+    import hashlib
+
+    _rewrite_manifest(entry, precompiled={
+        "file": "precompiled-x.bin", "size": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "forwards": {"a": {"offset": 0, "size": 3}, "b": {"offset": 4, "size": 8}},
+    })
+    loads_before = len(fake_artifacts)
+    cache = CompileCache(root, local_dir=tmp_path / "reader")
+    load = cache.activate("k1")
+    assert load.precompiled == ("a", "b") and load.artifacts_deferred and load.reason is None
+    assert not load.artifacts_loaded and len(fake_artifacts) == loads_before
+    assert set(load.breakdown) >= {"import_compiler", "manifest", "archive", "vec_isa"}
+    assert cache.load_deferred_artifacts() is True
+    assert cache.load_deferred_artifacts() is False  # once
+    eager = CompileCache(root, local_dir=tmp_path / "eager", defer_artifacts=False).activate("k1")
+    assert eager.artifacts_loaded and not eager.artifacts_deferred
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,7 +337,9 @@ def _restore_inductor_settings() -> Iterator[None]:
     value, default = inductor_config.cpp_cache_precompile_headers, entry.default
     isa_entry = inductor_config._config["cpp.vec_isa_ok"]  # type: ignore[attr-defined]
     isa_value, isa_default = inductor_config.cpp.vec_isa_ok, isa_entry.default
+    active = cc._ACTIVE  # what compile_dense compiles through, in this process
     yield
+    cc._ACTIVE = active
     for name, saved in saved_env.items():
         if saved is None:
             os.environ.pop(name, None)
@@ -753,13 +873,17 @@ def cold(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_cold_process_misses_compiles_and_saves(cold: dict[str, Any]) -> None:
+def test_cold_process_misses_compiles_ahead_of_time_and_saves(cold: dict[str, Any]) -> None:
     assert cold["load"]["hit"] is False and "no entry" in cold["load"]["reason"]
     counters = cold["counters"]
     assert counters["graphs"] == 1 and counters["recompiles"] == 0
-    assert counters["fx_graph_cache_misses"] > 0 and counters["fx_graph_cache_hits"] == 0
+    assert counters["precompiled_compiled"] == 1 and counters["precompiled_fallbacks"] == 0
+    assert counters["aot_autograd_cache_misses"] > 0 and counters["fx_graph_cache_hits"] == 0
     assert Path(cold["entry"]) == cold["root"] / cold["key"]
     assert CompileCache(cold["root"]).has(cold["key"])
+    assert list(_manifest(Path(cold["entry"]))["precompiled"]["forwards"]) == ["mlp"]
+    assert _manifest(Path(cold["entry"]))["jit_forwards"] == []
+    assert cold["needs_save"] is True
 
 
 @pytest.mark.integration
@@ -767,21 +891,54 @@ def test_cold_process_misses_compiles_and_saves(cold: dict[str, Any]) -> None:
 def test_warm_process_restores_the_entry_and_compiles_faster(
     cold: dict[str, Any], tmp_path: Path
 ) -> None:
+    """The precompiled forward is loaded with its guards and trains (forward and backward)
+    with no dynamo trace at all; the artifacts are not needed, so not loaded."""
     warm, _ = _probe(cold["root"], tmp_path / "warm-local")
     load = warm["load"]
     assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
         True,
-        True,
+        False,
         True,
     ), load["reason"]
-    assert load["reason"] is None
+    assert load["reason"] is None and load["artifacts_deferred"] is True
+    assert load["precompiled"] == ["mlp"]
     assert warm["key"] == cold["key"]
     counters = warm["counters"]
-    assert counters["fx_graph_cache_hits"] > 0 and counters["fx_graph_cache_misses"] == 0
-    assert counters["aot_autograd_cache_hits"] > 0
-    assert counters["graphs"] == 1 and counters["recompiles"] == 0
+    assert counters["precompiled_loaded"] == 1 and counters["precompiled_fallbacks"] == 0
+    assert counters["graphs"] == 0 and counters["recompiles"] == 0  # dynamo never traced
+    assert warm["needs_save"] is False
+    assert warm["breakdown"]["dynamo_trace"] == 0.0
     assert warm["compile_s"] < cold["compile_s"], (warm["compile_s"], cold["compile_s"])
     assert warm["losses"] == pytest.approx(cold["losses"], rel=1e-6)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_precompiled_forward_whose_guards_reject_the_call_compiles_just_in_time(
+    cold: dict[str, Any], tmp_path: Path
+) -> None:
+    """An entry filed under another key (batch 16 here, compiled for 32): the loaded
+    guards reject the call, the forward compiles just in time and training is right."""
+    from airflow_ett.trainer import compile_probe
+
+    key = cache_key(compile_probe.model_config("mlp", 16, {}), device_kind("cpu"))
+    root = tmp_path / "root"
+    shutil.copytree(cold["root"] / cold["key"], root / key)
+    _rewrite_manifest(root / key, key=key)
+    result, stderr = _probe(root, tmp_path / "local", "--batch", "16", "--steps", "2")
+    counters = result["counters"]
+    assert counters["precompiled_loaded"] == 1 and counters["precompiled_fallbacks"] == 2
+    assert "precompiled forward mlp rejects this call" in stderr
+    model, _, batch = compile_probe.build("mlp", 16)  # the same steps, eagerly
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    eager = []
+    for _ in range(2):
+        loss = model(*batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        eager.append(float(loss.detach()))
+    assert result["losses"] == pytest.approx(eager, rel=1e-5)
 
 
 @pytest.mark.integration
@@ -805,7 +962,8 @@ def test_entry_with_garbage_artifacts_is_used_partly_and_compile_works(
     root = tmp_path / "root"
     shutil.copytree(cold["root"], root)
     _replace_payload(root / cold["key"], "artifacts", b"\x00garbage" * 64, fix_checksum=True)
-    result, stderr = _probe(root, tmp_path / "local")
+    # a just-in-time compile (not deferred: the artifacts are loaded in activate)
+    result, stderr = _probe(root, tmp_path / "local", "--compile", "jit")
     load = result["load"]
     assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
         True,
@@ -814,7 +972,7 @@ def test_entry_with_garbage_artifacts_is_used_partly_and_compile_works(
     )
     assert "artifacts not loaded" in load["reason"]
     assert "WARNING compile cache entry" in stderr
-    assert result["counters"]["fx_graph_cache_hits"] > 0
+    assert result["counters"]["graphs"] == 1
     assert result["losses"] == pytest.approx(cold["losses"], rel=1e-6)
 
 
@@ -827,7 +985,8 @@ def test_corrupt_entry_is_ignored_and_compile_works(cold: dict[str, Any], tmp_pa
     entry = root / cold["key"]
     _truncate_archive(entry)
     _replace_payload(entry, "artifacts", b"garbage", fix_checksum=False)
-    result, stderr = _probe(root, tmp_path / "local", "--steps", "2")
+    _replace_payload(entry, "precompiled", b"garbage", fix_checksum=False)
+    result, stderr = _probe(root, tmp_path / "local", "--steps", "2", "--compile", "jit")
     load = result["load"]
     assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
         False,
@@ -836,6 +995,7 @@ def test_corrupt_entry_is_ignored_and_compile_works(cold: dict[str, Any], tmp_pa
     )
     assert "inductor dir not restored" in load["reason"]
     assert "artifacts not loaded" in load["reason"]
+    assert "precompiled forwards not read" in load["reason"]
     assert "WARNING compile cache entry" in stderr
     assert result["counters"]["fx_graph_cache_misses"] > 0
     assert result["losses"] == pytest.approx(cold["losses"][:2], rel=1e-6)

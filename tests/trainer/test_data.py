@@ -280,6 +280,29 @@ def test_inline_pipeline_resumes_exactly_and_reports_the_cursor() -> None:
     resumed.close()  # idempotent
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_pipeline_connected_before_its_cursor_is_known_starts_where_told(
+        num_workers: int) -> None:
+    """A warm spare's pipeline: started (its workers' start-up paid) with no cursor, then
+    told where the restore says; its batches are those of a pipeline started there."""
+    n = SPEC.batch_size
+    with DataPipeline(SPEC, start_cursor=None, num_workers=num_workers,
+                      startup_latency_s=0.2) as early:
+        early.start()
+        with pytest.raises(RuntimeError, match="no start cursor yet"):
+            early.next_batch(timeout=5.0)
+        time.sleep(0.3)  # connected meanwhile
+        early.set_start_cursor(5 * n)
+        with pytest.raises(RuntimeError, match=r"already set \(320\)|already set"):
+            early.set_start_cursor(0)
+        assert early.cursor() == 5 * n and early.start_cursor == 5 * n
+        got = [early.next_batch(timeout=30.0) for _ in range(4)]
+    for k, batch in enumerate(got):
+        assert_same(batch, make_batch(SPEC, (5 + k) * n))
+    with pytest.raises(ValueError, match="start_cursor"):
+        DataPipeline(SPEC, start_cursor=None, num_workers=0).set_start_cursor(-1)
+
+
 def test_inline_pipeline_ranks_share_a_global_cursor() -> None:
     n = SPEC.batch_size
     for rank in (0, 1):

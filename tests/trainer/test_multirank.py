@@ -92,4 +92,7 @@ def test_a_bad_fault_rank_is_a_bad_config_on_every_rank_and_not_retried(
     cls = result.last.exit_class  # type: ignore[attr-defined]
     assert (cls.cause, cls.retryable) == ("application", False), log
     assert "faults[0].rank = 2: must be below the job's world size (2)" in log
-    assert [r.exit_code for r in result.last.ranks] == [78, 78]  # type: ignore[attr-defined]
+    # each rank that got to its check refused (78); torchrun may have stopped the slower
+    # one first (SIGTERM: -15) once the other had exited
+    codes = [r.exit_code for r in result.last.ranks]  # type: ignore[attr-defined]
+    assert 78 in codes and set(codes) <= {78, -15}, codes
