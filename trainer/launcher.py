@@ -164,27 +164,16 @@ def exit_records(directory: Path, world_size: int) -> list[RankOutcome]:
 
 
 @contextlib.contextmanager
-def _exit_dir(nproc: int) -> Iterator[Path | None]:
-    """A fresh directory for the ranks' exit records of one torchrun attempt (None for a
-    single process: its exit code says it all), removed afterwards."""
-    if nproc <= 1:
-        yield None
-        return
-    directory = Path(tempfile.mkdtemp(prefix="ett-exits-"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signal_dir(wanted: bool) -> Iterator[Path | None]:
-    """A fresh directory for the running attempt to signal its first step in (None when
-    no spare is wanted), removed afterwards."""
+def _attempt_dir(wanted: bool, prefix: str) -> Iterator[Path | None]:
+    """A fresh directory of the launcher's own (mode 0700) for one attempt, removed
+    afterwards; None when not `wanted`. Two kinds: the ranks' exit records of a torchrun
+    attempt (`ett-exits-`; a single process's exit code says it all), and the file the
+    running attempt signals its first step with when a warm spare is wanted
+    (`ett-attempt-`)."""
     if not wanted:
         yield None
         return
-    directory = Path(tempfile.mkdtemp(prefix="ett-attempt-"))
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield directory
     finally:
@@ -387,7 +376,8 @@ class _Launch:
         aid = self.attempt_id(number)
         env = _attempt_env(self.base_env, self.job_id, aid, number)
         started = time.time()
-        with _exit_dir(self.nproc) as exits, _signal_dir(self._wants_spare(number)) as sig:
+        with _attempt_dir(self.nproc > 1, "ett-exits-") as exits, \
+                _attempt_dir(self._wants_spare(number), "ett-attempt-") as sig:
             if exits is not None:
                 env[EXIT_DIR_ENV] = str(exits)
             if sig is not None:

@@ -632,8 +632,10 @@ class Trainer:
         """One training step on `batch`, recorded; returns (loss, when it ended)."""
         batch = batch.to(self.env.device)
         if self.manager.staging_pending:  # the last save's copy lands before any update
-            with self.emitter.phase("checkpoint_save_blocking"):
-                self.manager.wait_staged()
+            # No phase of its own: a `checkpoint_save_blocking` opened here would read as
+            # a new save begun (scheduling/live.py). The wait is in the save's
+            # `checkpoint_saved.blocking_s` (CSBT) and, in the timeline, wasted training.
+            self.manager.wait_staged()
         t0 = time.time()
         loss = float(self._train_step(batch))
         if self.cfg.step_sleep_s:
@@ -969,14 +971,9 @@ class _WarmUp:
 
 def _stand_by(trainer: Trainer, stream: TextIO) -> _WarmUp | None:
     """Warm up, then wait for the launcher's go; None when it lets the spare go."""
-    from airflow_ett.trainer.standby import (
-        PhaseRecorder,
-        Recorded,
-        clip_to,
-        read_go,
-        restore_priority,
-    )
+    from airflow_ett.trainer.standby import GoListener, PhaseRecorder, Recorded, clip_to
 
+    listener = GoListener(stream)  # a go during the warm-up restores the priority at once
     recorder = PhaseRecorder([Recorded("trainer_init", trainer.process_start, time.time())])
     error: Exception | None = None
     try:
@@ -986,12 +983,11 @@ def _stand_by(trainer: Trainer, stream: TextIO) -> _WarmUp | None:
         error = exc
     log.info("warm standby ready %.1f s after its start: waiting to be told to go",
              time.time() - trainer.process_start)
-    go = read_go(stream)
+    go = listener.wait()
     if go is None:
         log.info("warm standby not needed: exiting")
         return None
     os.environ.update(go.env)
-    restore_priority()
     return _WarmUp(go.ts, clip_to(recorder.recorded, go.ts), error)
 
 

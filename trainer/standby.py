@@ -178,6 +178,39 @@ def read_go(stream: IO[str]) -> Go | None:
     return parse_go(stream.readline())
 
 
+class GoListener:
+    """Listens for the launcher's word on its own thread from the spare's start, so that
+    a go that comes while the warm-up still runs gives the spare its priority back at
+    once: the job is waiting for the rest of that warm-up, which must not crawl at nice
+    +10 behind other work."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._heard = threading.Event()
+        self._go: Go | None = None
+        self._error: GoMessageError | None = None
+        self._thread = threading.Thread(target=self._listen, name="ett-standby-go",
+                                         daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        try:
+            self._go = read_go(self._stream)
+            if self._go is not None:
+                restore_priority()
+        except GoMessageError as exc:
+            self._error = exc
+        finally:
+            self._heard.set()
+
+    def wait(self) -> Go | None:
+        """The go message (None: not needed); raises GoMessageError for a bad one."""
+        self._heard.wait()
+        if self._error is not None:
+            raise self._error
+        return self._go
+
+
 # -- the launcher's half --------------------------------------------------------------
 
 

@@ -77,7 +77,11 @@ class TenantsConfig:
     `capacity_gpus` is how many GPUs the GPU queue's workers have in all (None: the sum of
     the quotas), what the preemption controller counts free GPUs against; `preemption`
     turns the controller's preemptions on (off: it only logs what it would do);
-    `resume_after_s` is how long a preempted job waits before it may run again;
+    `resume_after_s` is how long a preempted job waits before it may run again (keep it
+    above the scheduler's lag in handling executor events: Airflow counts the event of
+    a rescheduled try that arrives after the task was queued again as a failed try, so a
+    retry is spent; 5 s did that once on a loaded 2-core machine, the 30 s default
+    leaves room);
     `checkpoint_wait_s` the longest a waiting job is made to wait for a victim's next
     periodic checkpoint (an `at_checkpoint` yield, which loses no work); 0: victims yield
     at once.

@@ -8,7 +8,6 @@ held back (an Event in front of `dcp.save`) where a test needs the save to be in
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import logging
@@ -101,19 +100,6 @@ def held_write(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     release.set()
 
 
-@pytest.fixture
-def manager_factory(tmp_path: Path) -> Iterator[Callable[..., CheckpointManager]]:
-    made: list[CheckpointManager] = []
-
-    def make(**kwargs: Any) -> CheckpointManager:
-        m = CheckpointManager(tmp_path / "ckpt", **kwargs)
-        made.append(m)
-        return m
-
-    yield make
-    for m in made:
-        with contextlib.suppress(CheckpointError):
-            m.close()
 
 
 # -- exactness ---------------------------------------------------------------------------

@@ -6,7 +6,6 @@ where a test needs it still running.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import subprocess
 import sys
@@ -27,19 +26,6 @@ from tests.trainer.test_checkpoint import Job, assert_bitwise
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def manager_factory(tmp_path: Path) -> Iterator[Callable[..., CheckpointManager]]:
-    made: list[CheckpointManager] = []
-
-    def make(**kwargs: Any) -> CheckpointManager:
-        m = CheckpointManager(tmp_path / "ckpt", **kwargs)
-        made.append(m)
-        return m
-
-    yield make
-    for m in made:
-        with contextlib.suppress(CheckpointError):
-            m.close()
 
 
 @pytest.fixture

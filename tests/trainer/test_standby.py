@@ -5,10 +5,12 @@ those of a run without failures either way."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,14 @@ from airflow_ett.trainer.config import load_config
 from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_OK
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
 from airflow_ett.trainer.loop import load_final_state
-from airflow_ett.trainer.standby import Go, GoMessageError, Recorded, clip_to, parse_go
+from airflow_ett.trainer.standby import (
+    Go,
+    GoListener,
+    GoMessageError,
+    Recorded,
+    clip_to,
+    parse_go,
+)
 from tests.trainer.test_trainer_e2e import TIMEOUT, operator_says, run_attempt, write_config
 
 # -- the go message and the clipping (pure) -------------------------------------------
@@ -226,3 +235,37 @@ def test_the_standby_flag_is_refused_with_prewarm_or_under_torchrun(tmp_path: Pa
     done = run_attempt(config, "j", 1, "--standby", env={"WORLD_SIZE": "2"})
     assert done.returncode == 78 and "not under torchrun" in done.stderr
     json.loads(config.read_text())  # the config is untouched
+
+
+def test_a_go_heard_during_the_warm_up_gives_the_priority_back_at_once() -> None:
+    """In a process of its own (nice is the process's to keep): the spare lowered its
+    priority; the listener thread hears go while the main thread still works, and every
+    thread is back at the old niceness before the warm-up ends."""
+    code = textwrap.dedent('''
+        import io, os, threading, time
+        from airflow_ett.trainer import standby
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        standby.lower_priority()
+        assert os.getpriority(os.PRIO_PROCESS, 0) == before + standby.STANDBY_NICE
+        read_fd, write_fd = os.pipe()
+        listener = standby.GoListener(os.fdopen(read_fd))
+        os.write(write_fd, standby.Go(time.time(), {"A": "1"}).line().encode())
+        deadline = time.monotonic() + 10
+        while os.getpriority(os.PRIO_PROCESS, 0) != before:  # the main thread's own
+            assert time.monotonic() < deadline, "priority not restored"
+            time.sleep(0.01)
+        go = listener.wait()
+        assert go is not None and go.env == {"A": "1"}
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        assert all(os.getpriority(os.PRIO_PROCESS, t) == before for t in tids)
+        print("ok")
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_listener_says_not_needed_at_end_of_file_and_names_a_bad_line() -> None:
+    assert GoListener(io.StringIO("")).wait() is None
+    with pytest.raises(GoMessageError, match="'later'"):
+        GoListener(io.StringIO("go later\n")).wait()
