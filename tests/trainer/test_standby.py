@@ -163,13 +163,15 @@ def _run(config: Path, job: str, *, attempts: int, lines: list[str] | None = Non
 @pytest.mark.integration
 @pytest.mark.slow
 def test_restarts_on_warm_spares_end_bitwise_equal_to_a_clean_run(tmp_path: Path) -> None:
-    """Two failures, each attempt after them a spare: the first before any checkpoint
-    (the spare trains from scratch), the second a SIGKILL after four checkpoints (the
-    spare restores the newest). Each spare starts once the running attempt has stepped."""
+    """Two failures, each attempt after them a spare that restores the newest checkpoint:
+    an exception after two checkpoints, a SIGKILL after four. Each spare starts once the
+    running attempt has stepped (the launcher looks once a second: the faults come
+    seconds after the first step). A spare with no checkpoint to restore: the go-at-once
+    test above."""
     clean = write_config(tmp_path / "clean" / "job.json", steps=60)
     assert run_attempt(clean, "clean", 1).returncode == EXIT_OK
-    faulty = write_config(tmp_path / "faulty" / "job.json", steps=60, step_sleep_s=0.05,
-                          faults=[{"kind": "raise", "at_step": 5, "attempt": 1},
+    faulty = write_config(tmp_path / "faulty" / "job.json", steps=60, step_sleep_s=0.1,
+                          faults=[{"kind": "raise", "at_step": 25, "attempt": 1},
                                   {"kind": "kill", "at_step": 45, "attempt": 2}])
     lines: list[str] = []
     attempts = _run(faulty, "faulty", attempts=3, lines=lines)
