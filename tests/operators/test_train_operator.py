@@ -58,7 +58,9 @@ def test_a_killed_trainer_is_restarted_in_place_and_the_kill_is_recorded(
     """With `warm_standby` the restart is the spare the launcher started once attempt 1
     had stepped (trainer/standby.py); the record is the same either way."""
     op = operator(restarts=1, config={
-        "faults": [{"kind": "kill", "at_step": 15, "attempt": 1}], "step_sleep_s": 0.05,
+        # the kill comes seconds after the first step: the launcher looks for that step
+        # once a second before it starts the spare
+        "faults": [{"kind": "kill", "at_step": 15, "attempt": 1}], "step_sleep_s": 0.2,
         "optimizations": {"warm_standby": warm_standby}})
     store = DictStateStore()
     with caplog.at_level(logging.INFO, logger="airflow_ett.trainer"):
