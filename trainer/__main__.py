@@ -150,7 +150,7 @@ def exit_now(code: int) -> NoReturn:
     that matters is done: the final checkpoint committed, the data workers and the
     checkpoint writer closed, the events delivered or spooled (`loop.run` closes the
     emitter), the exit record written. What is left is Python unwinding torch and
-    torchrec module by module, which took 2.4-2.8 s on this machine (bench/RESULTS.md,
+    torchrec module by module, which took 1.0 s on an idle 2-core machine (bench/RESULTS.md,
     "Shutdown"), and the allocation stays held for all of it: the GPUs of a finished
     job, or the restart of a failed one, wait on a process that is only tidying up."""
     try:

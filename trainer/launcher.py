@@ -420,7 +420,7 @@ class _Launch:
             output = _writer(self.stdout)
         return Spare.start(
             [*trainer_command(self.config, standby=True), *self.extra_args],
-            number=number, attempt_id=aid,
+            attempt_id=aid,
             env=_attempt_env(self.base_env, self.job_id, aid, number),
             cwd=None if self.cwd is None else str(self.cwd), on_output=output)
 

@@ -216,18 +216,17 @@ class GoListener:
 
 @dataclass(slots=True)
 class Spare:
-    """A started spare for attempt `number` (`attempt_id`), and the thread pumping its
+    """A started spare for attempt `attempt_id`, and the thread pumping its
     output (its lines carry `OUTPUT_PREFIX` until it is told to go)."""
 
     proc: subprocess.Popen[str]
-    number: int
     attempt_id: str
     started: float
     reader: threading.Thread | None = None
     _prefix: list[str] = field(default_factory=lambda: [OUTPUT_PREFIX])
 
     @classmethod
-    def start(cls, command: list[str], *, number: int, attempt_id: str,
+    def start(cls, command: list[str], *, attempt_id: str,
               env: dict[str, str], cwd: str | None,
               on_output: Callable[[str], None] | None) -> Spare:
         """Start the spare. With `on_output` its output is pumped there line by line
@@ -238,7 +237,7 @@ class Spare:
             stderr=subprocess.STDOUT if on_output is not None else None,
             text=True, errors="replace",
         )
-        spare = cls(proc, number, attempt_id, time.time())
+        spare = cls(proc, attempt_id, time.time())
         if on_output is not None:
             spare.reader = pump_output(proc, on_output, spare._prefix)
         log.info("warm standby for attempt %s started: pid %d", attempt_id, proc.pid)

@@ -227,6 +227,18 @@ def test_a_precompiled_forward_pickles_as_the_eager_forward(tmp_path: Path) -> N
     assert torch.equal(clone(x), torch.nn.functional.linear(x, clone.weight, clone.bias))
 
 
+def _write_precompiled(entry: Path, blob: bytes, forwards: dict[str, Any]) -> None:
+    """A precompiled part holding `blob`, indexed by `forwards`, with its true size and
+    checksum in the manifest (what it holds is each test's own business)."""
+    import hashlib
+
+    (entry / "precompiled-x.bin").write_bytes(blob)
+    _rewrite_manifest(entry, precompiled={
+        "file": "precompiled-x.bin", "size": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(), "forwards": forwards,
+    })
+
+
 @pytest.mark.parametrize(
     "index",
     [
@@ -240,14 +252,7 @@ def test_a_bad_precompiled_index_drops_that_part_alone(
     tmp_path: Path, fake_artifacts: list[bytes], index: dict[str, Any]
 ) -> None:
     root, entry = _make_entry(tmp_path)
-    blob = b"not a pickle"
-    (entry / "precompiled-x.bin").write_bytes(blob)
-    import hashlib
-
-    _rewrite_manifest(entry, precompiled={
-        "file": "precompiled-x.bin", "size": len(blob),
-        "sha256": hashlib.sha256(blob).hexdigest(), "forwards": index,
-    })
+    _write_precompiled(entry, b"not a pickle", index)
     load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
     assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, True)
     assert load.precompiled == () and not load.artifacts_deferred
@@ -286,15 +291,8 @@ def test_precompiled_forwards_defer_the_artifacts_until_a_jit_compile(
     tmp_path: Path, fake_artifacts: list[bytes]
 ) -> None:
     root, entry = _make_entry(tmp_path)
-    blob = b"two forwards"
-    (entry / "precompiled-x.bin").write_bytes(blob)
-    import hashlib
-
-    _rewrite_manifest(entry, precompiled={
-        "file": "precompiled-x.bin", "size": len(blob),
-        "sha256": hashlib.sha256(blob).hexdigest(),
-        "forwards": {"a": {"offset": 0, "size": 3}, "b": {"offset": 4, "size": 8}},
-    })
+    _write_precompiled(entry, b"two forwards",
+                       {"a": {"offset": 0, "size": 3}, "b": {"offset": 4, "size": 8}})
     loads_before = len(fake_artifacts)
     cache = CompileCache(root, local_dir=tmp_path / "reader")
     load = cache.activate("k1")
