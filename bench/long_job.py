@@ -10,7 +10,10 @@ automatic checkpoint interval (Young/Daly from the job's measured save cost and 
 history), two in-place restarts. `optimized` is the lifecycle with every optimization on
 (prewarmed compile cache, fast batch, parallel init, async checkpoints, warm standby,
 publishing on CPU after the GPU task); `baseline` has them all off (publishing inside the
-train task). Each is a fresh DAG run on the same embedded Airflow (SQLite,
+train task). The optimized job runs first, on a cold compile cache (the model's first
+job: its prewarm compiles), then the baseline, then, unless `--no-warm-row`, the
+optimized job again on the cache the first run left (`optimized, warm`: the steady state
+of a model's later jobs). Each is a fresh DAG run on the same embedded Airflow (SQLite,
 LocalExecutor), its ETT read back from the store its listener, operators and trainer
 wrote.
 
@@ -83,6 +86,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=11000)
     parser.add_argument("--step-sleep", type=float, default=0.06)
+    parser.add_argument("--no-warm-row", action="store_true",
+                        help="skip the third run (optimized again, on a warm cache)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-long-"))
     (root / "tmp").mkdir()
@@ -102,13 +107,16 @@ def main() -> None:
         af.wait_until_ready(180.0)
         results = {"optimized": run(af, "long_optimized", timeout),
                    "baseline": run(af, "long_baseline", timeout)}
+        if not args.no_warm_row:
+            results["optimized, warm"] = run(af, "long_optimized", timeout)
     for name, d in results.items():
         report(name, d)
-    gain = results["optimized"]["ett_pct"] - results["baseline"]["ett_pct"]
-    print(f"ETT% baseline {results['baseline']['ett_pct']:.1f} -> optimized "
-          f"{results['optimized']['ett_pct']:.1f} ({gain:+.1f} points); targets: optimized "
-          f">= 90 ({'met' if results['optimized']['ett_pct'] >= 90 else 'NOT met'}), "
-          f">= +20 points ({'met' if gain >= 20 else 'NOT met'})")
+    base = results["baseline"]["ett_pct"]
+    for name in (n for n in results if n != "baseline"):
+        ett = results[name]["ett_pct"]
+        print(f"ETT% baseline {base:.1f} -> {name} {ett:.1f} ({ett - base:+.1f} points); "
+              f"targets: >= 90 ({'met' if ett >= 90 else 'NOT met'}), >= +20 points "
+              f"({'met' if ett - base >= 20 else 'NOT met'})")
 
 
 if __name__ == "__main__":

@@ -65,20 +65,26 @@ def daly_interval(csbt_s: float, mtbf_s: float) -> float:
 
 
 def estimate_mtbf(train_s: float, failures: int) -> float | None:
-    """Mean time between failures from history; None when there were no failures (the
-    estimate would be infinite: the caller falls back to its longest interval)."""
+    """Mean time between failures from history: `train_s / failures`. With no failure
+    yet the estimate is `train_s` itself, not infinity: for failures that arrive at a
+    constant rate, `train_s` failure-free seconds put the MTBF at or above `train_s`
+    with 63% confidence only (P(no failure in T | MTBF = T) = 1/e), so a job that has
+    not failed yet is treated as one about to. The interval then starts low and grows
+    with the square root of the time trained, where "infinite" would stop checkpointing
+    until the first failure and lose everything trained before it. None when there is
+    no history at all (nothing trained yet)."""
     train = _positive("train_s", train_s, allow_zero=True)
     if failures < 0:
         raise CheckpointMathError(f"failures must be >= 0, got {failures!r}")
     if failures == 0:
-        return None
+        return train if train > 0 else None
     return train / failures
 
 
 @dataclass(frozen=True, slots=True)
 class IntervalChoice:
     interval_s: float
-    method: str  # "daly", "young", "max" (no failure history), "min"/"max" when clamped
+    method: str  # "daly", "young"; "min"/"max" when clamped; "min" with no history (mtbf None)
     mtbf_s: float | None
     csbt_s: float
 
@@ -94,7 +100,10 @@ def auto_interval(
 ) -> IntervalChoice:
     """The interval the trainer uses for `checkpoint_interval="auto"`: Daly's (or Young's)
     optimum from the measured blocking time and this job's failure history, clamped to
-    `[min_s, max_s]` so that a lucky history cannot stop checkpointing altogether."""
+    `[min_s, max_s]` so that a lucky history cannot stop checkpointing altogether. With
+    nothing trained yet (no MTBF, or failures that all came before any training) it is
+    `min_s`: the first interval measures the save cost, and the failure-free time that
+    follows lengthens the interval (`estimate_mtbf`)."""
     lo = _positive("min_s", min_s)
     hi = _positive("max_s", max_s)
     if lo > hi:
@@ -104,7 +113,7 @@ def auto_interval(
     csbt = _positive("csbt_s", csbt_s, allow_zero=True)
     mtbf = estimate_mtbf(train_s, failures)
     if mtbf is None or mtbf <= 0:
-        return IntervalChoice(hi, "max", mtbf, csbt)
+        return IntervalChoice(lo, "min", mtbf, csbt)
     if csbt == 0:
         return IntervalChoice(lo, "min", mtbf, csbt)
     best = daly_interval(csbt, mtbf) if method == "daly" else young_interval(csbt, mtbf)

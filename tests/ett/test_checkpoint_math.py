@@ -132,18 +132,38 @@ def test_auto_interval_uses_history_and_clamps() -> None:
     choice = auto_interval(2.0, train_s=36_000.0, failures=10)  # MTBF 3600
     assert choice == IntervalChoice(daly_interval(2.0, 3600.0), "daly", 3600.0, 2.0)
     assert estimate_mtbf(100.0, 4) == 25.0
-    assert estimate_mtbf(100.0, 0) is None
+    assert estimate_mtbf(100.0, 0) == 100.0  # failure-free so far: as if one were due now
+    assert estimate_mtbf(0.0, 0) is None  # nothing trained: no history at all
     assert estimate_mtbf(0.0, 3) == 0.0
+
+
+def test_with_no_failure_yet_the_interval_starts_at_the_floor_and_grows_with_time() -> None:
+    # The failure-free time stands in for the MTBF: one failure's worth of history at
+    # every point, so the first failure never costs more than the interval then in force.
+    chosen = [auto_interval(0.5, train_s=t, failures=0) for t in (0.0, 60.0, 1800.0,
+                                                                  3600.0, 36_000.0)]
+    assert [c.method for c in chosen] == ["min", "min", "daly", "daly", "daly"]
+    assert chosen[0] == IntervalChoice(30.0, "min", None, 0.5)
+    assert chosen[2].interval_s == daly_interval(0.5, 1800.0)  # ~42 s
+    assert chosen[4].interval_s == daly_interval(0.5, 36_000.0)  # ~190 s
+    intervals = [c.interval_s for c in chosen]
+    assert intervals == sorted(intervals) and intervals[-1] < 3600.0
+    # continuous at the first failure: T failure-free seconds or one failure in T
+    assert auto_interval(0.5, 900.0, 0).interval_s == auto_interval(0.5, 900.0, 1).interval_s
 
 
 @pytest.mark.parametrize(
     ("args", "kwargs", "expected"),
     [
-        # no failure history: the longest interval (default 1 h), MTBF unknown
-        ((2.0, 36_000.0, 0), {}, IntervalChoice(3600.0, "max", None, 2.0)),
-        ((2.0, 36_000.0, 0), {"max_s": 900}, IntervalChoice(900.0, "max", None, 2.0)),
-        # failures but no training time yet: MTBF 0 says nothing, keep the longest
-        ((2.0, 0.0, 3), {}, IntervalChoice(3600.0, "max", 0.0, 2.0)),
+        # no failure yet: the failure-free time is the MTBF estimate
+        ((2.0, 36_000.0, 0), {}, IntervalChoice(daly_interval(2.0, 36_000.0), "daly",
+                                                36_000.0, 2.0)),
+        ((2.0, 36_000.0, 0), {"max_s": 300}, IntervalChoice(300.0, "max", 36_000.0, 2.0)),
+        # nothing trained yet: the floor (default 30 s), MTBF unknown
+        ((2.0, 0.0, 0), {}, IntervalChoice(30.0, "min", None, 2.0)),
+        ((2.0, 0.0, 0), {"min_s": 60}, IntervalChoice(60.0, "min", None, 2.0)),
+        # failures but no training time yet: MTBF 0 says nothing either: the floor
+        ((2.0, 0.0, 3), {}, IntervalChoice(30.0, "min", 0.0, 2.0)),
         # free saves: checkpoint as often as allowed (default 30 s)
         ((0.0, 100.0, 2), {}, IntervalChoice(30.0, "min", 50.0, 0.0)),
         # the optimum (~1.4 s) is below the floor: default floor 30 s

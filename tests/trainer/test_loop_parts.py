@@ -76,7 +76,7 @@ def test_from_config_reads_each_form_of_checkpoint_interval() -> None:
     auto = policy("auto")
     assert auto.history is history and auto.steps is None
     auto.start(0, now=0.0)
-    assert auto.seconds == 3600.0  # no failures yet: the clamp's maximum
+    assert auto.seconds == 30.0  # nothing trained yet: the clamp's floor
 
 
 # -- the step logger ---------------------------------------------------------------------

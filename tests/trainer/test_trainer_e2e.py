@@ -238,7 +238,8 @@ def test_hang_stops_progress_until_killed_and_auto_interval_is_chosen(tmp_path: 
     proc.kill()
     proc.communicate(timeout=60)
     log = "".join(seen)
-    assert "checkpoint interval auto:" in log  # Young/Daly, no failure history yet: max
+    assert "checkpoint interval auto:" in log  # nothing trained yet: the 30 s floor
+    assert "checkpoint interval auto: 30.0s (min; CSBT 1.000s, MTBF unknown)" in log
     events = read_events(str(tmp_path / "events.jsonl")).events
     steps = [e.step_end for e in events if type(e).__name__ == "Progress"]
     assert max(steps) == 8
