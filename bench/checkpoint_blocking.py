@@ -21,15 +21,21 @@ variant alike. Blocking = the time the caller is held; "total" = until durable.
                 sharded tables update in backward). Cost = step with save - step alone,
                 which also charges the contention of the staging thread.
 
-Stock with `AsyncCheckpointerType.PROCESS` needs an initialised process group (torch
-2.13), and pinned staging (torchtitan's "async_with_pinned_mem") needs CUDA: their rows
-say when they are skipped. Every variant starts after an untimed `os.sync()` and after the
+With `--device cuda` (the default where CUDA is available) the state lives on the GPU:
+the copy floor is then the state copied to host memory (`.to("cpu")`), the warm copy is
+`copy_` into kept pinned host buffers, ours stages into pinned buffers (`checkpoint.py`),
+and "stock pinned" is `async_save` with a kept `DefaultStager` staging into pinned memory
+with non-blocking copies (torchtitan's "async_with_pinned_mem" without its checkpoint
+process); every timing synchronizes the device first. Stock with
+`AsyncCheckpointerType.PROCESS` needs an initialised process group (torch 2.13): its row
+says it is skipped. Every variant starts after an untimed `os.sync()` and after the
 previous save committed. Medians over the repetitions.
 
 Targets (issue 13): ours' blocking <= 0.5x stock `dcp.async_save` and <= 1.0x the copy
 floor.
 
 usage: python bench/checkpoint_blocking.py [--param-mb 128] [--reps 5] [--dir DIR]
+       [--device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ import datetime
 import os
 import platform
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -60,6 +68,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from airflow_ett.trainer.checkpoint import CheckpointManager, StagingBreakdown
 
 Results = dict[str, list[float]]
+_ON_CUDA: list[bool] = [False]  # set by build(): whether timings must wait for the GPU
 
 
 @dataclasses.dataclass
@@ -70,6 +79,7 @@ class Bench:
     optim: torch.optim.Optimizer
     weights: list[torch.Tensor]
     root: Path
+    device: torch.device
     results: Results = dataclasses.field(default_factory=dict)
     breakdowns: dict[str, list[StagingBreakdown]] = dataclasses.field(default_factory=dict)
 
@@ -96,12 +106,15 @@ class Bench:
         self.optim.zero_grad(set_to_none=False)
 
 
-def build(param_mb: int, root: Path) -> Bench:
+def build(param_mb: int, root: Path, device: torch.device) -> Bench:
     """Four big parameters of `param_mb` MB in all, one Adam step (state = 2x params)."""
     numel = param_mb * 1024 * 1024 // 4 // 4
-    model = nn.ParameterList([nn.Parameter(torch.randn(numel)) for _ in range(4)])
+    _ON_CUDA[0] = device.type == "cuda"
+    model = nn.ParameterList([nn.Parameter(torch.randn(numel, device=device))
+                              for _ in range(4)])
     optim = torch.optim.Adam(model.parameters(), lr=1e-3)
-    bench = Bench(model, optim, [torch.randn(numel) for _ in range(4)], root)
+    bench = Bench(model, optim, [torch.randn(numel, device=device) for _ in range(4)], root,
+                  device)
     bench.forward_backward()
     bench.optimizer_step()
     return bench
@@ -114,9 +127,17 @@ def tensors_of(bench: Bench) -> list[torch.Tensor]:
     return out
 
 
+def settle() -> None:
+    """Wait for the device's queued work, so that a time read after it is the work's."""
+    if _ON_CUDA[0]:
+        torch.cuda.synchronize()
+
+
 def timed(fn: Callable[[], Any]) -> float:
+    settle()
     t0 = time.perf_counter()
     fn()
+    settle()
     return time.perf_counter() - t0
 
 
@@ -139,7 +160,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None,
                         help="where to write (default: a temporary directory)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where the state lives (auto: cuda when available)")
     args = parser.parse_args()
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available here")
     if args.param_mb < 1:
         parser.error(f"--param-mb must be >= 1, got {args.param_mb}")
     if args.reps < 1:
@@ -151,18 +178,24 @@ def parse_args() -> argparse.Namespace:
 
 
 def copy_variants(bench: Bench) -> list[Callable[[int], None]]:
+    """A plain copy of the state where a checkpoint copies it to: beside it on CPU, to
+    host memory from a GPU (fresh pageable memory; kept pinned buffers for the warm copy,
+    the transfer's best case)."""
     tensors = tensors_of(bench)
-    kept = [torch.empty_like(t) for t in tensors]
+    on_gpu = bench.device.type == "cuda"
+    kept = [torch.empty(t.shape, dtype=t.dtype, pin_memory=on_gpu) for t in tensors]
     for k, t in zip(kept, tensors, strict=True):
         k.copy_(t)
 
     def copy_floor(rep: int) -> None:
         copies: list[torch.Tensor] = []
-        bench.add("copy", timed(lambda: copies.extend(t.clone() for t in tensors)))
+        bench.add("copy", timed(lambda: copies.extend(
+            t.to("cpu") if on_gpu else t.clone() for t in tensors)))
 
     def warm_copy(rep: int) -> None:
         bench.add("warm_copy", timed(
-            lambda: [k.copy_(t) for k, t in zip(kept, tensors, strict=True)]))
+            lambda: [k.copy_(t, non_blocking=on_gpu) for k, t in zip(kept, tensors,
+                                                                     strict=True)]))
 
     return [copy_floor, warm_copy]
 
@@ -179,10 +212,12 @@ def sync_variants(bench: Bench, sync_mgr: CheckpointManager) -> list[Callable[[i
     return [sync_dcp, sync_manager]
 
 
-def stock_variants(bench: Bench, kept: DefaultStager) -> list[Callable[[int], None]]:
+def stock_variants(bench: Bench, kept: DefaultStager, pinned: DefaultStager | None
+                   ) -> list[Callable[[int], None]]:
     def stock(key: str, stager: DefaultStager | None) -> Callable[[int], None]:
         def run(rep: int) -> None:
             writer = bench.writer(key)
+            settle()
             t0 = time.perf_counter()
             future = dcp_async_save(bench.state, storage_writer=writer, no_dist=True,
                                     async_stager=stager)
@@ -192,13 +227,17 @@ def stock_variants(bench: Bench, kept: DefaultStager) -> list[Callable[[int], No
             bench.add(f"{key}_total", time.perf_counter() - t0)
         return run
 
-    return [stock("stock", None), stock("stock_kept", kept)]
+    variants = [stock("stock", None), stock("stock_kept", kept)]
+    if pinned is not None:
+        variants.append(stock("stock_pinned", pinned))
+    return variants
 
 
 def ours_variants(bench: Bench, async_mgr: CheckpointManager, fresh_mgr: CheckpointManager
                   ) -> list[Callable[[int], None]]:
     def ours(key: str, manager: CheckpointManager) -> Callable[[int], None]:
         def run(rep: int) -> None:
+            settle()
             res = manager.save(rep, bench.state, {"rep": rep})
             bench.breakdowns.setdefault(key, []).append(manager.last_staging)
             done = manager.wait()
@@ -217,17 +256,21 @@ def step_variants(bench: Bench, managers: dict[str, CheckpointManager]
     async_mgr = managers["async_step"]
 
     def step_alone(rep: int) -> None:
+        settle()
         t0 = time.perf_counter()
         bench.forward_backward()
         bench.optimizer_step()
+        settle()
         bench.add("step", time.perf_counter() - t0)
 
     def ours_before_optimizer(rep: int) -> None:
+        settle()
         t0 = time.perf_counter()
         overlap_mgr.save(rep, bench.state, {"rep": rep})
         bench.forward_backward()
         bench.add("ov_barrier", overlap_mgr.wait_staged())
         bench.optimizer_step()
+        settle()
         bench.add("ov_step", time.perf_counter() - t0)
         bench.breakdowns.setdefault("ov", []).append(overlap_mgr.last_staging)
         done = overlap_mgr.wait()
@@ -235,21 +278,25 @@ def step_variants(bench: Bench, managers: dict[str, CheckpointManager]
         bench.add("ov_waited", done.blocking_s)
 
     def ours_before_forward(rep: int) -> None:
+        settle()
         t0 = time.perf_counter()
         fwd_mgr.save(rep, bench.state, {"rep": rep})
         fwd_mgr.wait_staged()
         bench.forward_backward()
         bench.optimizer_step()
+        settle()
         bench.add("ovf_step", time.perf_counter() - t0)
         done = fwd_mgr.wait()
         assert done is not None
         bench.add("ovf_waited", done.blocking_s)
 
     def ours_in_step(rep: int) -> None:
+        settle()
         t0 = time.perf_counter()
         async_mgr.save(rep, bench.state, {"rep": rep})
         bench.forward_backward()
         bench.optimizer_step()
+        settle()
         bench.add("ours_step", time.perf_counter() - t0)
         async_mgr.wait()
 
@@ -262,16 +309,19 @@ def stock_step_variants(bench: Bench, stager: DefaultStager) -> list[Callable[[i
 
     def stock_in_step(rep: int) -> None:
         writer = bench.writer("stock_step")
+        settle()
         t0 = time.perf_counter()
         future = dcp_async_save(bench.state, storage_writer=writer, no_dist=True)
         bench.forward_backward()
         bench.optimizer_step()
+        settle()
         bench.add("stock_step", time.perf_counter() - t0)
         assert isinstance(future, Future)
         future.result()
 
     def stock_async_staging(rep: int) -> None:
         writer = bench.writer("stock_staging")
+        settle()
         t0 = time.perf_counter()
         response = dcp_async_save(bench.state, storage_writer=writer, no_dist=True,
                                   async_stager=stager)
@@ -279,6 +329,7 @@ def stock_step_variants(bench: Bench, stager: DefaultStager) -> list[Callable[[i
         bench.forward_backward()
         bench.add("st_barrier", launched + timed(stager.synchronize_staging))
         bench.optimizer_step()
+        settle()
         bench.add("st_step", time.perf_counter() - t0)
         assert isinstance(response, AsyncSaveResponse)  # what a staging on a thread returns
         response.upload_completion.result()
@@ -302,9 +353,11 @@ def run_reps(variants: list[Callable[[int], None]], reps: int, bench: Bench) -> 
 
 def main() -> None:
     args = parse_args()
+    # a timeout's SIGTERM (bench/gpu_check.sh) still removes the gigabytes written below
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     warnings.filterwarnings("ignore", message=r"torch\.distributed is (disabled, )?unavail")
     root = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
-    bench = build(args.param_mb, root)
+    bench = build(args.param_mb, root, torch.device(args.device))
     state_bytes = sum(t.numel() * t.element_size() for t in tensors_of(bench))
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {machine()}")
     print(f"state: {len(tensors_of(bench))} tensors, {state_bytes / 2**20:.0f} MiB; writing to "
@@ -320,9 +373,14 @@ def main() -> None:
     }
     kept = DefaultStager(StagingOptions(False, False, False, False))
     staging = DefaultStager(StagingOptions(False, False, True, False))
+    pinned = (DefaultStager(StagingOptions(use_pinned_memory=True, use_shared_memory=False,
+                                           use_async_staging=False,
+                                           use_non_blocking_copy=True))
+              if bench.device.type == "cuda" else None)
     variants = [
         *copy_variants(bench), *sync_variants(bench, managers["sync"]),
-        *stock_variants(bench, kept), *ours_variants(bench, managers["async"], managers["fresh"]),
+        *stock_variants(bench, kept, pinned),
+        *ours_variants(bench, managers["async"], managers["fresh"]),
         *step_variants(bench, managers), *stock_step_variants(bench, staging),
     ]
     try:
@@ -336,6 +394,8 @@ def main() -> None:
             m.close()
         kept.close()
         staging.close()
+        if pinned is not None:
+            pinned.close()
         shutil.rmtree(root, ignore_errors=True)
     report(bench, state_bytes)
 
@@ -351,6 +411,8 @@ ROWS = [
     ("stock async_save, total", "stock_total"),
     ("stock kept stager, blocking", "stock_kept_blocking"),
     ("stock kept stager, total", "stock_kept_total"),
+    ("stock pinned (torchtitan-like)", "stock_pinned_blocking"),
+    ("stock pinned, total", "stock_pinned_total"),
     ("ours, blocking (reused buffers)", "ours_blocking"),
     ("ours, total", "ours_total"),
     ("ours fresh buffers, blocking", "fresh_blocking"),
@@ -377,9 +439,8 @@ def report(bench: Bench, state_bytes: int) -> None:
             vals = bench.results[key]
             print(f"{label:<34}{med[key]:>10.3f}{min(vals):>9.3f}{max(vals):>9.3f}")
     print(f"{'stock PROCESS executor':<34}  skipped: needs an initialised process group")
-    print(f"{'stock pinned (torchtitan-like)':<34}  "
-          + ("not implemented in this run" if torch.cuda.is_available()
-             else "skipped: no CUDA (pinning needs it)"))
+    if "stock_pinned_blocking" not in med:
+        print(f"{'stock pinned (torchtitan-like)':<34}  skipped: the state is not on a GPU")
     print(f"\nthroughput: copy floor {state_bytes / med['copy'] / 2**30:.2f} GiB/s, warm copy "
           f"{state_bytes / med['warm_copy'] / 2**30:.2f} GiB/s, durable write "
           f"{state_bytes / med['sync_dcp'] / 2**30:.2f} GiB/s")
@@ -412,6 +473,8 @@ def print_ratios(med: dict[str, float]) -> None:
         "stock kept stager": med["stock_kept_blocking"],
         "stock async staging, barrier before optimizer": med["st_barrier"],
     }
+    if "stock_pinned_blocking" in med:
+        waits["stock pinned (torchtitan-like)"] = med["stock_pinned_blocking"]
     print("\nwaited / stock async_save (target <= 0.5), / copy floor (target <= 1.0)")
     for label, cost in waits.items():
         vs_stock = cost / med["stock_blocking"]

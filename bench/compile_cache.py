@@ -39,7 +39,7 @@ Target (issue 13): warm at most 5% of cold (issue 3's was 10%). Both ratios are 
 the honest one is against 0.
 
 usage: python bench/compile_cache.py [--rounds N] [--pch] [--artifacts-only]
-       [--model dlrm-dense|mlp]
+       [--model dlrm-dense|mlp] [--device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -158,16 +158,23 @@ def main() -> None:
     parser.add_argument("--pch", action="store_true", help="also measure with PCH left on")
     parser.add_argument("--artifacts-only", action="store_true",
                         help="also measure a warm jit start from the artifacts alone")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where each probe compiles and trains (auto: cuda when available)")
     args = parser.parse_args()
-    common = ["--model", args.model, "--batch", str(args.batch)]
 
     import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    common = ["--model", args.model, "--batch", str(args.batch), "--device", device]
 
     print(
         f"# compile cache, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
         f"{os.cpu_count()} CPUs, torch {torch.__version__}, python {platform.python_version()}"
     )
-    print(f"# model {args.model}, batch {args.batch}, {args.rounds} round(s), fresh process each")
+    print(f"# model {args.model}, batch {args.batch}, on {device}, {args.rounds} round(s), "
+          "fresh process each")
     modes = ["default", "cold", "warm", "cold-jit", "warm-jit"]
     results: dict[str, list[dict[str, Any]]] = {
         mode: [] for mode in modes + (["artifacts"] if args.artifacts_only else [])

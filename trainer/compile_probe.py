@@ -30,7 +30,11 @@ Models (plain torch, no torchrec, so they compile the same on any host):
 usage: python -m airflow_ett.trainer.compile_probe --root DIR [--local-dir DIR]
        [--model mlp|dlrm-dense] [--cache on|artifacts-only|off] [--save] [--steps N]
        [--batch N] [--config-extra JSON] [--no-compile] [--precompiled-headers]
-       [--compile precompiled|jit]
+       [--compile precompiled|jit] [--device cpu|cuda]
+
+`--device cuda` builds the model and batch on the GPU (inductor then writes Triton
+kernels, and the cache key carries the GPU's compute capability) and synchronizes the
+device before each time it reads.
 """
 
 from __future__ import annotations
@@ -144,21 +148,33 @@ class DenseDLRM(nn.Module):
         return nn.functional.binary_cross_entropy_with_logits(logits, y)
 
 
-def build(name: str, batch: int
+def build(name: str, batch: int, device: torch.device | None = None
           ) -> tuple[nn.Module, dict[str, nn.Module], tuple[torch.Tensor, ...]]:
     """The model, the modules to compile (by a name stable across processes), and one
-    fixed batch."""
+    fixed batch, on `device` (default CPU)."""
+    device = device or torch.device("cpu")
     torch.manual_seed(0)
+    model: nn.Module
     if name == "mlp":
-        mlp = SmallMLP()
-        return mlp, {"mlp": mlp}, (torch.randn(batch, 16), torch.rand(batch))
-    if name == "dlrm-dense":
+        model = SmallMLP()
+        parts: dict[str, nn.Module] = {"mlp": model}
+        batch_tensors: tuple[torch.Tensor, ...] = (torch.randn(batch, 16), torch.rand(batch))
+    elif name == "dlrm-dense":
         dlrm = DenseDLRM()
         ids = torch.randint(0, dlrm.rows, (batch, dlrm.tables, 4))
+        model = dlrm
         parts = dict(zip(("dense_arch", "inter_arch", "over_arch"), dlrm.dense_parts(),
                          strict=True))
-        return dlrm, parts, (torch.randn(batch, 13), ids, torch.rand(batch))
-    raise SystemExit(f"unknown model {name!r}")
+        batch_tensors = (torch.randn(batch, 13), ids, torch.rand(batch))
+    else:
+        raise SystemExit(f"unknown model {name!r}")
+    return model.to(device), parts, tuple(t.to(device) for t in batch_tensors)
+
+
+def settle(device: torch.device) -> None:
+    """Wait for the GPU's queued work before a time is read (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def compile_parts(parts: dict[str, nn.Module], cache: CompileCache | None) -> float:
@@ -171,6 +187,30 @@ def compile_parts(parts: dict[str, nn.Module], cache: CompileCache | None) -> fl
         else:
             part.compile()
     return time.perf_counter() - start
+
+
+def train_steps(model: nn.Module, batch: tuple[torch.Tensor, ...], steps: int,
+                device: torch.device) -> tuple[list[float], list[float], float]:
+    """`steps` (at least one) SGD steps; each step's seconds, each loss, and the first
+    forward's seconds (the compile's share of the first step, with the backward's)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    times: list[float] = []
+    losses: list[float] = []
+    first_forward_s = 0.0
+    for step in range(max(1, steps)):
+        settle(device)
+        t = time.perf_counter()
+        loss = model(*batch)
+        settle(device)
+        if step == 0:
+            first_forward_s = time.perf_counter() - t
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        settle(device)
+        times.append(time.perf_counter() - t)
+        losses.append(float(loss.detach()))
+    return times, losses, first_forward_s
 
 
 def model_config(name: str, batch: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -200,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         help="with the cache on: ahead of time / precompiled (as compile_dense) or "
         "nn.Module.compile (dynamo traces on every start)",
     )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the model and batch live (default cpu)")
     parser.add_argument(
         "--precompiled-headers",
         action="store_true",
@@ -207,9 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available here")
+    device = torch.device(args.device)
 
     key = cache_key(
-        model_config(args.model, args.batch, json.loads(args.config_extra)), device_kind("cpu")
+        model_config(args.model, args.batch, json.loads(args.config_extra)), device_kind(device)
     )
     cache = CompileCache(
         args.root,
@@ -227,24 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         load = cache.activate(key)
     result: dict[str, Any] = {"key": key, "import_s": IMPORT_S, "load": asdict(load)}
     if not args.no_compile:
-        model, parts, batch = build(args.model, args.batch)
+        model, parts, batch = build(args.model, args.batch, device)
         precompile = args.cache == "on" and args.compile == "precompiled"
         install_s = compile_parts(parts, cache if precompile else None)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        times, losses = [], []
-        for step in range(max(1, args.steps)):
-            t = time.perf_counter()
-            loss = model(*batch)
-            forward_s = time.perf_counter() - t
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - t)
-            losses.append(float(loss.detach()))
-            if step == 0:
-                breakdown = {**load.breakdown, "install": install_s,
-                             **compile_phase_seconds(), "first_forward": forward_s,
-                             "first_backward": times[0] - forward_s}
+        times, losses, forward_s = train_steps(model, batch, args.steps, device)
+        breakdown = {**load.breakdown, "install": install_s, **compile_phase_seconds(),
+                     "first_forward": forward_s, "first_backward": times[0] - forward_s}
         result.update(
             first_step_s=times[0],
             install_s=install_s,

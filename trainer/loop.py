@@ -10,7 +10,7 @@ The start-up is a small dependency graph, run in parallel when `parallel_init` i
 Without `fast_batch`, compilation waits for the first real batch (the baseline the
 source work measured); without `parallel_init`, everything runs one after the other.
 Every rank reports its own phases and its attempt's start and end, tagged with its rank;
-rank 0 alone reports progress and checkpoints, which are the job's (`_RankWriter`;
+rank 0 alone reports progress and checkpoints, which are the job's (`Emitter(rank=...)`;
 docs/decisions/0017-multi-rank.md).
 
 Leaving when asked (preemption, `airflow_ett/scheduling/request.py`): SIGTERM makes the
@@ -42,14 +42,6 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett.emit import Emitter, JsonlSink
-from airflow_ett.ett.events import (
-    AttemptEnded,
-    AttemptStarted,
-    Event,
-    PhaseEnded,
-    PhaseStarted,
-    with_rank,
-)
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.faults import (
@@ -856,37 +848,13 @@ def _preempted_message(left_for: PreemptRequest | None = None) -> str:
     return "SIGTERM: checkpointed and left"
 
 
-class _RankWriter:
-    """The emitter's writer as a rank other than 0 uses it: each event stamped with the
-    rank (`with_rank`: version 2), and only what is the rank's own kept: its phases and
-    its attempt's start and end. Progress and checkpoints are the job's: rank 0 alone
-    sends them (every rank steps and saves together; counting each rank would multiply
-    them). Stamped as the event is handed over, so the spool holds it stamped too."""
-
-    _OWN = (PhaseStarted, PhaseEnded, AttemptStarted, AttemptEnded)
-
-    def __init__(self, writer: Any, rank: int) -> None:
-        self._writer, self._rank = writer, rank
-
-    def put(self, event: Event) -> None:
-        if isinstance(event, self._OWN):
-            self._writer.put(with_rank(event, self._rank))
-
-    def __getattr__(self, name: str) -> Any:  # ids, flush, close, stats: the writer's
-        return getattr(self._writer, name)
-
-
 def _rank_emitter(ident: Identity, env: DistEnv, sink: JsonlSink | None) -> Emitter:
     """This rank's emitter; `[ett] disabled` decides on every rank (None: read the
     setting). The host's spool holds other jobs' events, meant for the store: an attempt
     writing to its own events file must not replay them into it, and only rank 0 replays
     (one replayer per host and attempt)."""
-    emitter = Emitter(ident.job_id, ident.attempt_id, sink=sink, disabled=None,
-                      replay_on_start=sink is None and env.is_reporter)
-    if env.rank and emitter.writer is not None:
-        # TODO(emit): an Emitter(rank=...) argument would make this a public path
-        emitter._writer = _RankWriter(emitter.writer, env.rank)  # type: ignore[assignment]
-    return emitter
+    return Emitter(ident.job_id, ident.attempt_id, sink=sink, disabled=None,
+                   replay_on_start=sink is None and env.is_reporter, rank=env.rank)
 
 
 def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: bool = False,

@@ -51,6 +51,7 @@ from airflow_ett.ett.events import (
     Progress,
     TaskSource,
     TaskStateChanged,
+    with_rank,
 )
 from airflow_ett.settings import EttSettings
 
@@ -58,6 +59,11 @@ JOB_ENV: Final = "ETT_JOB_ID"
 ATTEMPT_ENV: Final = "ETT_ATTEMPT_ID"
 
 _NULL_PHASE: Final = nullcontext("")
+
+#: What a rank other than 0 reports: its own phases and its attempt's start and end.
+#: Progress and checkpoints are the job's (every rank steps and saves together), so rank 0
+#: alone sends them; counting each rank's would multiply them (decision 0017).
+RANK_OWN_EVENTS: Final = (PhaseStarted, PhaseEnded, AttemptStarted, AttemptEnded)
 
 
 class _Phase:
@@ -92,6 +98,11 @@ class Emitter:
 
     A process that leaves through `os._exit` (multiprocessing children, some task
     runners) skips the atexit flush: call `flush()` at its last hook.
+
+    `rank`: the process's rank in a multi-process attempt. Rank 0 (the default) reports
+    everything; another rank stamps its events with its rank and reports only
+    `RANK_OWN_EVENTS`, dropping the rest as it records them, so that the spool and the
+    store hold each event stamped.
     """
 
     def __init__(
@@ -108,7 +119,11 @@ class Emitter:
         linger: float = DEFAULT_LINGER,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         replay_on_start: bool = True,
+        rank: int = 0,
     ) -> None:
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+        self._rank = rank
         self._job = job_id if job_id is not None else os.environ.get(JOB_ENV) or None
         self._attempt = (attempt_id if attempt_id is not None
                          else os.environ.get(ATTEMPT_ENV) or None)
@@ -149,6 +164,7 @@ class Emitter:
         view._job = job_id if job_id is not None else self._job
         view._attempt = attempt_id if attempt_id is not None else self._attempt
         view._owner = False
+        view._rank = self._rank
         view._open_spans = {}
         view._spans_lock = threading.Lock()
         view._writer = self._writer
@@ -167,9 +183,17 @@ class Emitter:
         if writer is None:
             return
         try:
-            writer.put(event)
+            self._hand_over(writer, event)
         except Exception as exc:
             _swallow(exc)
+
+    def _hand_over(self, writer: BackgroundWriter, event: Event) -> None:
+        """Every recorded event passes here: a rank other than 0 keeps its own, stamped."""
+        if self._rank:
+            if not isinstance(event, RANK_OWN_EVENTS):
+                return
+            event = with_rank(event, self._rank)
+        writer.put(event)
 
     def _record(self, cls: type[Any], ts: float | None, *, per_attempt: bool,
                 **fields: Any) -> None:
@@ -186,8 +210,8 @@ class Emitter:
         try:
             if per_attempt:
                 fields["attempt"] = self._attempt
-            writer.put(cls(id=writer.ids(), job=job, ts=time.time() if ts is None else ts,
-                           **fields))
+            self._hand_over(writer, cls(id=writer.ids(), job=job,
+                                        ts=time.time() if ts is None else ts, **fields))
         except Exception as exc:
             _swallow(exc)
 
@@ -267,9 +291,10 @@ class Emitter:
             event_id = writer.ids()
             if span is None:
                 span = event_id  # unique already: the start event's own id
-            writer.put(cls(id=event_id, job=job, ts=time.time() if ts is None else ts,
-                           phase=name, attempt=self._attempt, span=span,
-                           component=component))
+            self._hand_over(writer, cls(id=event_id, job=job,
+                                        ts=time.time() if ts is None else ts, phase=name,
+                                        attempt=self._attempt, span=span,
+                                        component=component))
             return span
         except Exception as exc:
             _swallow(exc)

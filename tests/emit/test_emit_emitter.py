@@ -276,3 +276,46 @@ def test_the_caller_never_sees_an_exception(spool_dir: Path) -> None:
     em.progress("a", None, object(), 1, start_ts="x")  # type: ignore[arg-type]
     em.job_ended("success")
     em.close()
+
+
+def _one_of_each(em: Emitter) -> None:
+    """Everything an attempt's process records: own events and the job's."""
+    em.attempt_started(host="h")
+    with em.phase("compile", "compilation"):
+        pass
+    span = em.phase_start("model_creation")
+    em.progress(0, 5, 0, 640, start_ts=T + 1.0)
+    em.checkpoint(5, 640, T + 2.0, 0.01, 0.2)
+    em.phase_end("model_creation", span)
+    em.emit(Progress(id=em.new_id(), job="j", ts=T + 3.0, attempt="1", step_start=5,
+                     step_end=6, cursor_start=640, cursor_end=768, start_ts=T + 2.5))
+    em.attempt_ended("success", exit_code=0)
+
+
+@pytest.mark.parametrize("bound", [False, True])
+def test_a_rank_other_than_0_reports_its_own_events_stamped_and_nothing_of_the_jobs(
+        spool_dir: Path, bound: bool) -> None:
+    sink = CountingSink()
+    em = Emitter("j", "1", sink=sink, spool_dir=spool_dir, emit_timeout=5.0, rank=2)
+    _one_of_each(em.bind() if bound else em)  # a bound view keeps the rank
+    em.close()
+    kinds = [type(e).__name__ for e in sink.events]
+    assert kinds == ["AttemptStarted", "PhaseStarted", "PhaseEnded", "PhaseStarted",
+                     "PhaseEnded", "AttemptEnded"]
+    assert {(e.rank, e.v) for e in sink.events} == {(2, 2)}
+
+
+def test_rank_0_reports_everything_unstamped(spool_dir: Path) -> None:
+    sink = CountingSink()
+    em = Emitter("j", "1", sink=sink, spool_dir=spool_dir, emit_timeout=5.0)
+    _one_of_each(em)
+    em.close()
+    kinds = [type(e).__name__ for e in sink.events]
+    assert kinds.count("Progress") == 2 and kinds.count("CheckpointSaved") == 1
+    assert len(kinds) == 9 and {e.rank for e in sink.events} == {0}
+
+
+@pytest.mark.parametrize("rank", [-1, 1.0, True, "1"])
+def test_a_bad_rank_is_refused_with_its_value(rank: object) -> None:
+    with pytest.raises(ValueError, match=f"rank must be an int >= 0, got {rank!r}"):
+        Emitter("j", "1", sink=CountingSink(), rank=rank)  # type: ignore[arg-type]
