@@ -504,7 +504,7 @@ class Trainer:
         """The periodic save, when the interval policy says it is due (never at the last
         step: `finish` saves that one). True: leave now, this save committed, as an
         `at_checkpoint` preemption request asked."""
-        if self.step >= self.cfg.steps or not self.manager.interval.due(self.step, now):
+        if self.step >= self.cfg.steps or not self._save_due(now):
             return False
         progress.flush(now)
         request = self._checkpoint_request()  # before the save: see `manager.broadcast`
@@ -516,6 +516,24 @@ class Trainer:
         self._leave_at_checkpoint(request)
         beat()
         return True
+
+    def _save_due(self, now: float) -> bool:
+        """Whether the periodic save is due, the same answer on every rank. A step
+        interval gives it by itself: every rank counts the same steps. A time interval
+        ("30s", "auto") does not: each rank reads its own clock against the end of its own
+        last save (and under "auto" chooses the interval from its own blocking time), so
+        near the boundary one rank would begin a save while another stepped on, and their
+        collectives would pair wrongly or hang. With more than one rank, rank 0's answer
+        goes to all: one scalar per step over the default group (never used by a
+        background commit), after a step that has already waited for its loss."""
+        interval = self.manager.interval
+        due = interval.due(self.step, now)
+        if (self.env.world_size == 1 or not dist.is_initialized() or interval.steps is not None
+                or interval.seconds is None):
+            return due
+        flag = torch.tensor([1 if due else 0], dtype=torch.int32, device=self.env.device)
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
 
     def _checkpoint_request(self) -> PreemptRequest | None:
         """The pending `at_checkpoint` request, the same on every rank, looked for as a

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import pytest
 
+from airflow_ett.ett.events import CheckpointSaved, read_events
 from airflow_ett.operators.errors import failure_for
 from airflow_ett.trainer.launcher import Rendezvous, run_attempts, trainer_command
 from tests.trainer.test_trainer_e2e import write_config
@@ -57,8 +58,8 @@ def test_a_bad_rendezvous_names_the_field_and_value(fields: dict[str, object],
 
 
 def launch(tmp_path: Path, faults: list[dict[str, object]], *, max_attempts: int = 1,
-           steps: int = 12) -> tuple[object, list[str]]:
-    config = write_config(tmp_path / "job.json", steps=steps, faults=faults)
+           steps: int = 12, **fields: object) -> tuple[object, list[str]]:
+    config = write_config(tmp_path / "job.json", steps=steps, faults=faults, **fields)
     lines: list[str] = []
     result = run_attempts(config, "multirank", max_attempts=max_attempts, nproc=2,
                           cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, on_output=lines.append,
@@ -96,3 +97,18 @@ def test_a_bad_fault_rank_is_a_bad_config_on_every_rank_and_not_retried(
     # one first (SIGTERM: -15) once the other had exited
     codes = [r.exit_code for r in result.last.ranks]  # type: ignore[attr-defined]
     assert 78 in codes and set(codes) <= {78, -15}, codes
+
+
+@torchrun_job
+def test_a_time_interval_is_due_at_the_same_step_on_every_rank(tmp_path: Path) -> None:
+    # Each rank reads its own clock against the end of its own last save: were each to
+    # decide alone, near a boundary one rank would begin a save (its collectives) while
+    # the other stepped on (its own), and the pair would hang until the timeout. A 0.1 s
+    # interval over ~25 ms steps puts a boundary near every few steps.
+    result, lines = launch(tmp_path, [], steps=160, checkpoint_interval="0.1s",
+                           step_sleep_s=0.02)
+    log = "\n".join(lines)[-3000:]
+    assert result.last.exit_code == 0, log  # type: ignore[attr-defined]
+    saves = [e for e in read_events(str(tmp_path / "events.jsonl")).events
+             if isinstance(e, CheckpointSaved) and not e.final]
+    assert len(saves) >= 5, log
