@@ -190,12 +190,14 @@ def compile_parts(parts: dict[str, nn.Module], cache: CompileCache | None) -> fl
 
 
 def train_steps(model: nn.Module, batch: tuple[torch.Tensor, ...], steps: int,
-                device: torch.device) -> tuple[list[float], list[float], float]:
+                device: torch.device
+                ) -> tuple[list[float], list[float], dict[str, float]]:
     """`steps` (at least one) SGD steps; each step's seconds, each loss, and the first
-    forward's seconds (the compile's share of the first step, with the backward's)."""
+    step's breakdown: dynamo's and inductor's phases so far, its forward and backward."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     times: list[float] = []
     losses: list[float] = []
+    first: dict[str, float] = {}
     first_forward_s = 0.0
     for step in range(max(1, steps)):
         settle(device)
@@ -210,7 +212,10 @@ def train_steps(model: nn.Module, batch: tuple[torch.Tensor, ...], steps: int,
         settle(device)
         times.append(time.perf_counter() - t)
         losses.append(float(loss.detach()))
-    return times, losses, first_forward_s
+        if step == 0:
+            first = {**compile_phase_seconds(), "first_forward": first_forward_s,
+                     "first_backward": times[0] - first_forward_s}
+    return times, losses, first
 
 
 def model_config(name: str, batch: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -275,9 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         model, parts, batch = build(args.model, args.batch, device)
         precompile = args.cache == "on" and args.compile == "precompiled"
         install_s = compile_parts(parts, cache if precompile else None)
-        times, losses, forward_s = train_steps(model, batch, args.steps, device)
-        breakdown = {**load.breakdown, "install": install_s, **compile_phase_seconds(),
-                     "first_forward": forward_s, "first_backward": times[0] - forward_s}
+        times, losses, first = train_steps(model, batch, args.steps, device)
+        breakdown = {**load.breakdown, "install": install_s, **first}
         result.update(
             first_step_s=times[0],
             install_s=install_s,
