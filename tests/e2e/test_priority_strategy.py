@@ -1,7 +1,7 @@
 """The tenants' aged priority strategy on a real Airflow (scheduler, dag-processor, API
-server; SQLite, LocalExecutor with one slot): while a blocker holds the only slot, three
-runs queue up; the scheduler then starts them in aged-priority order, not in arrival or
-priority order alone.
+server; SQLite, LocalExecutor with one slot): while a blocker holds the only slot (until
+the test releases it), three runs queue up; the executor then starts them in aged-priority
+order, not in arrival or priority order alone.
 
 Tenants: `low` (priority 1) and `high` (priority 5), aging 1 point per hour. The runs
 arrive (their run ids say when: that is the arrival the strategy reads) as `low` ten hours
@@ -41,6 +41,7 @@ quota_gpus = 1
 
 DAGS = '''
 import time
+from pathlib import Path
 from airflow.sdk import DAG
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow_ett.plugin.priority import EttTenantPriority
@@ -48,8 +49,16 @@ from airflow_ett.plugin.priority import EttTenantPriority
 def hold(seconds):
     time.sleep(seconds)
 
+def hold_until_released(release_file, timeout):
+    deadline = time.monotonic() + timeout
+    while not Path(release_file).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release_file} never appeared")
+        time.sleep(0.2)
+
 with DAG("prio_blocker", schedule=None, is_paused_upon_creation=False):
-    PythonOperator(task_id="hold", python_callable=hold, op_args=[12])
+    PythonOperator(task_id="hold", python_callable=hold_until_released,
+                   op_args=[RELEASE_FILE, 600])
 
 for tenant, priority in (("low", 1), ("high", 5)):
     with DAG(f"prio_{tenant}", schedule=None, is_paused_upon_creation=False,
@@ -74,10 +83,18 @@ def _the_ti(af: EmbeddedAirflow, dag_id: str, run_id: str) -> dict:
     return dict(ti)
 
 
+def _ti_state(af: EmbeddedAirflow, dag_id: str, run_id: str) -> str | None:
+    body = af.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    states = [ti["state"] for ti in body["task_instances"]]
+    return states[0] if states else None
+
+
 def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "prio.py").write_text(DAGS, encoding="utf-8")
+    release = tmp_path / "release-the-slot"
+    (dags / "prio.py").write_text(DAGS.replace("RELEASE_FILE", repr(str(release))),
+                                  encoding="utf-8")
     tenants_file = tmp_path / "tenants.toml"
     tenants_file.write_text(TENANTS, encoding="utf-8")
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -102,6 +119,16 @@ def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
         # priority alone high first; aging says old low, high, new low.
         for dag_id, run_id, _ in (runs[1], runs[2], runs[0]):
             _trigger(af, dag_id, run_id)
+        # The slot frees only once all three are in the executor's queue, which it drains
+        # by weight: a task the scheduler has not queued yet when the blocker ends would
+        # start late by arrival, not weight (CI saw exactly that with a fixed 12 s blocker
+        # on a loaded machine). The pool has room, so the scheduler queues all three.
+        deadline = time.monotonic() + 300
+        while (states := [_ti_state(af, d, r) for d, r, _ in runs]) != ["queued"] * 3:
+            assert time.monotonic() < deadline, (states, af.log_tail("scheduler"))
+            af.check_alive()
+            time.sleep(0.5)
+        release.touch()
         for dag_id, run_id, _ in runs:
             assert af.wait_for_run(dag_id, run_id, timeout=300.0) == "success"
         assert af.wait_for_run("prio_blocker", blocker, timeout=120.0) == "success"
