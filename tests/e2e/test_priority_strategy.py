@@ -1,7 +1,7 @@
 """The tenants' aged priority strategy on a real Airflow (scheduler, dag-processor, API
-server; SQLite, LocalExecutor with one slot): while a blocker holds the only slot (until
-the test releases it), three runs queue up; the executor then starts them in aged-priority
-order, not in arrival or priority order alone.
+server; SQLite, LocalExecutor): while a blocker holds the only slot of a one-slot pool (the
+GPU), three runs wait for it; the scheduler then starts them in aged-priority order, not in
+arrival or priority order alone.
 
 Tenants: `low` (priority 1) and `high` (priority 5), aging 1 point per hour. The runs
 arrive (their run ids say when: that is the arrival the strategy reads) as `low` ten hours
@@ -11,6 +11,13 @@ arrival order nor priority alone gives that. The weights Airflow stored are chec
 `aged_weight` too. The cluster policy that puts the strategy on lifecycle tasks is tested
 through a DagBag in tests/plugin/test_policy.py; here the DAGs set it themselves, so the
 test needs no trainer.
+
+Why a pool and not `parallelism=1`: Airflow 3.3.2's LocalExecutor never counts what it
+dispatched as running (apache/airflow PR #71914, open), so the scheduler queues every task
+at once and the executor's worker takes them first come, first served; the weight orders
+only tasks that wait in the scheduler, and that is what a pool's free slots decide (tenant
+pools are how train tasks wait in production: decision 0014). With the default pool, CI
+saw the three start in trigger order.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ priority = 5
 quota_gpus = 1
 """
 
+POOL = "prio_gpu"
+
 DAGS = '''
 import time
 from pathlib import Path
@@ -58,12 +67,12 @@ def hold_until_released(release_file, timeout):
 
 with DAG("prio_blocker", schedule=None, is_paused_upon_creation=False):
     PythonOperator(task_id="hold", python_callable=hold_until_released,
-                   op_args=[RELEASE_FILE, 600])
+                   op_args=[RELEASE_FILE, 600], pool=POOL)
 
 for tenant, priority in (("low", 1), ("high", 5)):
     with DAG(f"prio_{tenant}", schedule=None, is_paused_upon_creation=False,
              tags=[f"ett:tenant={tenant}"]):
-        PythonOperator(task_id="work", python_callable=hold, op_args=[1],
+        PythonOperator(task_id="work", python_callable=hold, op_args=[1], pool=POOL,
                        priority_weight=priority, weight_rule=EttTenantPriority())
 '''
 
@@ -93,8 +102,8 @@ def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
     release = tmp_path / "release-the-slot"
-    (dags / "prio.py").write_text(DAGS.replace("RELEASE_FILE", repr(str(release))),
-                                  encoding="utf-8")
+    dag_file = DAGS.replace("RELEASE_FILE", repr(str(release))).replace("POOL", repr(POOL))
+    (dags / "prio.py").write_text(dag_file, encoding="utf-8")
     tenants_file = tmp_path / "tenants.toml"
     tenants_file.write_text(TENANTS, encoding="utf-8")
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -103,10 +112,11 @@ def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
             ("prio_low", _run_id(now + dt.timedelta(seconds=1)), 1)]
     env = {"AIRFLOW__ETT__TENANTS_FILE": str(tenants_file),
            "AIRFLOW__ETT__STORE_URL": f"sqlite:///{tmp_path / 'ett.db'}"}
-    with EmbeddedAirflow(tmp_path / "home", dags, parallelism=1, extra_env=env) as af:
+    with EmbeddedAirflow(tmp_path / "home", dags, parallelism=2, extra_env=env) as af:
         af.migrate()
         af.start()
         af.wait_until_ready(180.0)
+        af.api("POST", "/api/v2/pools", {"name": POOL, "slots": 1}, expect=(200, 201))
         for dag_id in ("prio_blocker", "prio_low", "prio_high"):
             af.wait_for_dag(dag_id, timeout=120.0)
         blocker = af.trigger("prio_blocker")
@@ -119,12 +129,10 @@ def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
         # priority alone high first; aging says old low, high, new low.
         for dag_id, run_id, _ in (runs[1], runs[2], runs[0]):
             _trigger(af, dag_id, run_id)
-        # The slot frees only once all three are in the executor's queue, which it drains
-        # by weight: a task the scheduler has not queued yet when the blocker ends would
-        # start late by arrival, not weight (CI saw exactly that with a fixed 12 s blocker
-        # on a loaded machine). The pool has room, so the scheduler queues all three.
+        # The slot frees only once all three wait for it in the scheduler: a task not yet
+        # created when the blocker ends would start first by being alone, not by weight.
         deadline = time.monotonic() + 300
-        while (states := [_ti_state(af, d, r) for d, r, _ in runs]) != ["queued"] * 3:
+        while (states := [_ti_state(af, d, r) for d, r, _ in runs]) != ["scheduled"] * 3:
             assert time.monotonic() < deadline, (states, af.log_tail("scheduler"))
             af.check_alive()
             time.sleep(0.5)
