@@ -23,8 +23,8 @@ saw the three start in trigger order.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,16 +86,20 @@ def _trigger(af: EmbeddedAirflow, dag_id: str, run_id: str) -> None:
            {"dag_run_id": run_id, "logical_date": None})
 
 
-def _the_ti(af: EmbeddedAirflow, dag_id: str, run_id: str) -> dict:
+def _tis(af: EmbeddedAirflow, dag_id: str, run_id: str) -> list[dict[str, Any]]:
     body = af.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-    (ti,) = body["task_instances"]
-    return dict(ti)
+    return [dict(ti) for ti in body["task_instances"]]
 
 
-def _ti_state(af: EmbeddedAirflow, dag_id: str, run_id: str) -> str | None:
-    body = af.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
-    states = [ti["state"] for ti in body["task_instances"]]
-    return states[0] if states else None
+def _the_ti(af: EmbeddedAirflow, dag_id: str, run_id: str) -> dict[str, Any]:
+    (ti,) = _tis(af, dag_id, run_id)
+    return ti
+
+
+def _all_scheduled(af: EmbeddedAirflow, runs: list[tuple[str, str, int]]) -> bool:
+    """Every run's one task exists and waits in the scheduler (not yet queued)."""
+    states = [[ti["state"] for ti in _tis(af, dag_id, run_id)] for dag_id, run_id, _ in runs]
+    return states == [["scheduled"]] * len(runs)
 
 
 def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
@@ -120,22 +124,16 @@ def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
         for dag_id in ("prio_blocker", "prio_low", "prio_high"):
             af.wait_for_dag(dag_id, timeout=120.0)
         blocker = af.trigger("prio_blocker")
-        deadline = time.monotonic() + 120
-        while _the_ti(af, "prio_blocker", blocker)["state"] != "running":
-            assert time.monotonic() < deadline, af.log_tail("scheduler")
-            af.check_alive()
-            time.sleep(1.0)
+        af.wait_until("the blocker runs",
+                      lambda: _the_ti(af, "prio_blocker", blocker)["state"] == "running", 120.0)
         # Triggered newest-looking first: FIFO would start high, new low, old low, and
         # priority alone high first; aging says old low, high, new low.
         for dag_id, run_id, _ in (runs[1], runs[2], runs[0]):
             _trigger(af, dag_id, run_id)
         # The slot frees only once all three wait for it in the scheduler: a task not yet
         # created when the blocker ends would start first by being alone, not by weight.
-        deadline = time.monotonic() + 300
-        while (states := [_ti_state(af, d, r) for d, r, _ in runs]) != ["scheduled"] * 3:
-            assert time.monotonic() < deadline, (states, af.log_tail("scheduler"))
-            af.check_alive()
-            time.sleep(0.5)
+        af.wait_until("all three runs wait for the slot",
+                      lambda: _all_scheduled(af, runs), 300.0, poll=0.5)
         release.touch()
         for dag_id, run_id, _ in runs:
             assert af.wait_for_run(dag_id, run_id, timeout=300.0) == "success"
