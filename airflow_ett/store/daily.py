@@ -5,10 +5,18 @@ not ended before it starts (a job still running counts up to `now`, provisional)
 events are read in chunks of job ids, attributed once per day, cut at the day's bounds
 (`rollup.job_day`) and rolled up; the day's rows then replace the old ones in one
 transaction, so a rerun, or a rerun racing another, never leaves a day half old.
+
+Two rollups of one day at once both succeed, the later to commit standing: their
+replacing transactions take turns. SQLite's writers take turns anyway (BEGIN IMMEDIATE,
+store/engine.py). On PostgreSQL each takes the day's transaction-level advisory lock
+first (`pg_advisory_xact_lock`, released at commit): without it, the second's DELETE,
+having waited for the first's row locks, skipped the rows the first had just inserted
+(they were not in its snapshot) and its INSERT then failed on their keys.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -109,6 +117,20 @@ def _job_row(day: str, d: JobDay) -> dict[str, Any]:
             "e2e_s": d.e2e_us / US_PER_S, "effective_s": d.effective_us / US_PER_S,
             "gpu_hours": d.gpu_us / US_PER_H, "gpu_hours_lost": d.lost_gpu_us / US_PER_H,
             "payload": json.dumps(payload, separators=(",", ":"))}
+
+
+#: The first key of the advisory locks that serialise the replacing of a day on PostgreSQL
+#: ("ETTD"); the second is the day's ordinal. Another application's locks on this database
+#: would have to pick the same pair to meet ours.
+_DAY_LOCK_CLASS: Final = 0x45545444
+
+
+def _lock_day(conn: Connection, day: str) -> None:
+    """Wait for, then hold until the transaction ends, the right to replace `day`'s rows
+    (PostgreSQL; SQLite's write transactions already take turns)."""
+    if conn.dialect.name == "postgresql":
+        ordinal = dt.date.fromisoformat(day).toordinal()
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_DAY_LOCK_CLASS, ordinal)))
 
 
 #: `ett_daily_groups.scope` of a day's parts (`rollup.parts`); their key is `_part_key`.
@@ -253,6 +275,7 @@ class DailyRollups:
         job_rows = [_job_row(day, d) for d in job_days]
 
         def write(conn: Connection) -> None:
+            _lock_day(conn, day)
             for table in (daily_jobs, daily_groups, daily_days):
                 conn.execute(sa.delete(table).where(table.c.day == day))
             conn.execute(sa.insert(daily_days), [day_row])
