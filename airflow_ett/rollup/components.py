@@ -4,7 +4,9 @@ An SLO is a bound on the component's share of the fleet's E2E wall time for a da
 `max_share_pct` for the five kinds of lost time ("initialization under 1%"), or
 `min_share_pct` for effective training (the fleet ETT% target). The file is TOML, read
 once per rollup, and checked whole on load: an error names the file, the component, the
-field and the value, so a typo never turns into a silently missing owner or SLO.
+field and the value, so a typo never turns into a silently missing owner or SLO. An owner
+is printable text (`str.isprintable`: no NUL, no control or bidi character), so that both
+store backends keep the same team names and every report shows them as they are.
 """
 
 from __future__ import annotations
@@ -116,6 +118,11 @@ def _policy(component: str, entry: object, source: str) -> ComponentPolicy:
     owner = entry.get("owner", UNOWNED)
     if not isinstance(owner, str) or not owner.strip():
         raise ComponentsError(f"{where}, field 'owner': {owner!r} is not a team name")
+    if not owner.isprintable():
+        # NUL: SQLite would store it and PostgreSQL refuse it mid-rollup; the others would
+        # drive the terminal of whoever reads the report. Refused here, for both backends.
+        raise ComponentsError(f"{where}, field 'owner': {owner!r} is not a team name (it "
+                              "holds a control or format character)")
     bounds = {key: _share(where, key, entry[key])
               for key in ("max_share_pct", "min_share_pct") if key in entry}
     if len(bounds) == 2:

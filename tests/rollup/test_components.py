@@ -82,3 +82,30 @@ def test_unreadable_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     bad.write_text("[components.shutdown\n")
     with pytest.raises(ComponentsError, match=r"bad\.toml: not valid TOML"):
         load_components(bad)
+
+
+@pytest.mark.parametrize("owner", ["pub\x00lishing", "pub\x1b[2J", "pub\u202egnihsil",
+                                   "pub\u2066x", "pub\nlishing", "pub\tx", "pub\u200fx",
+                                   "pub\x85", "pub\u2028x"])
+def test_an_owner_with_a_control_or_format_character_is_refused(owner: str) -> None:
+    """NUL was stored on SQLite and failed the PostgreSQL rollup; the others would drive
+    the terminal of whoever reads the report. One rule, at load, for both backends."""
+    with pytest.raises(ComponentsError) as refused:
+        parse_components({"components": {"shutdown": {"owner": owner}}}, source="F")
+    assert str(refused.value).startswith(
+        f"components file F: component 'shutdown', field 'owner': {owner!r} is not a team "
+        "name (it holds a control or format character)")
+
+
+def test_a_nul_written_as_a_toml_escape_is_refused_at_load(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[components.shutdown]\nowner = "pub\\u0000lishing"\n')
+    with pytest.raises(ComponentsError, match=r"field 'owner': 'pub\\x00lishing'"):
+        load_components(f)
+
+
+def test_printable_owners_of_any_script_and_brackets_are_kept() -> None:
+    owners = {"shutdown": "Veröffentlichung 出版 [red]team[/red]", "compilation": "pt2 team"}
+    config = parse_components({"components": {c: {"owner": o} for c, o in owners.items()}},
+                              source="F")
+    assert {c: config.owner(c) for c in owners} == owners
