@@ -5,6 +5,13 @@ or a dashboard gets every number the text report shows without parsing text.
 Scopes: `fleet`, `tenant`, `model` (the group figures, components and GPU-hours nested as
 `components_s.<component>` ...), `team`, `slo`, `what_if` (key: its label) and `top_run`
 (key: the job id). `--tenant` narrows both forms to that tenant's figures.
+
+A text cell of the CSV that starts with `=`, `+`, `-`, `@`, a tab or a carriage return
+gets a leading `'` (OWASP's advice against CSV injection): a spreadsheet would otherwise
+run a tenant named `=HYPERLINK(...)` or `-2+3` as a formula. Numbers are written as
+numbers, negative ones included; only text is changed. Text that starts with `'` itself
+gets one more, so a reader that knows the rule drops one leading `'` and has the value
+back (`csv_text`).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -20,6 +27,26 @@ import msgspec
 from airflow_ett.rollup import DayRollup, GroupFigures
 
 CSV_COLUMNS = ("day", "scope", "key", "metric", "value")
+#: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+_QUOTED = (*FORMULA_STARTS, "'")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as the CSV writes it: None empty, text starting like a formula (or with
+    `'`) behind a `'`, anything else (numbers, booleans) as it is."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_QUOTED):
+        return "'" + value
+    return value
+
+
+def csv_text(cell: str) -> str:
+    """A text cell read back as the value it was (`csv_cell`'s inverse on text)."""
+    return cell.removeprefix("'")
 
 
 def _flat(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
@@ -75,11 +102,23 @@ def _struct_rows(day: str, scope: str, key: str, value: msgspec.Struct,
 
 
 def to_csv(days: Sequence[DayRollup], *, tenant: str | None = None) -> str:
+    return write_csv([CSV_COLUMNS, *csv_rows(days, tenant=tenant)])
+
+
+def write_csv(rows: Iterable[Sequence[Any]]) -> str:
+    """The rows as CSV text, each cell through `csv_cell`, each row ending in `\\n`.
+
+    The writer ends rows in `\\r\\n`, each turned into `\\n` as it is written: the csv
+    module quotes a field that holds a character of its line terminator and no other, so
+    with `\\n` alone a name holding a carriage return went out unquoted and broke the
+    file for every reader."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for row in csv_rows(days, tenant=tenant):
-        writer.writerow(["" if v is None else v for v in row])
+    writer = csv.writer(out, lineterminator="\r\n")
+    for row in rows:
+        writer.writerow([csv_cell(v) for v in row])
+        out.seek(out.tell() - 2)
+        out.write("\n")
+        out.truncate()
     return out.getvalue()
 
 
