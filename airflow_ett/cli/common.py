@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 
 
 class CliError(Exception):
-    """A failure the user can act on: printed as one line, exit status 1."""
+    """A failure the user can act on: printed as one line, exit status 1.
+
+    `detail`: lines printed under it, indented (the log tail a failed component left);
+    the message itself is one line whatever it holds (`main` escapes a newline in it)."""
+
+    def __init__(self, message: str, detail: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 def fail(message: str) -> NoReturn:
@@ -55,16 +62,37 @@ def time_arg(text: str) -> float:
     return parsed.timestamp()
 
 
+#: The largest count or number of seconds an option takes (`--limit`, `--days`,
+#: `--interval`): 2**31 - 1, far beyond any use, and within what SQLite's integers, a
+#: thread's wait and date arithmetic take.
+MAX_COUNT: int = 2**31 - 1
+
+
 def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (`--limit -1` must not mean "all" on SQLite and
-    a database error on PostgreSQL)."""
+    """argparse type: a whole number from 1 to `MAX_COUNT` (`--limit -1` must not mean
+    "all" on SQLite and a database error on PostgreSQL; `--limit 10**30` overflows
+    SQLite's integers)."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [1, {MAX_COUNT}], "
+                                         f"got {text!r}")
     return value
+
+
+def name_arg(text: str) -> str:
+    """argparse type: a name looked up in the store (a job, tenant, model or DAG id), held
+    to the event format's rule for identifiers (no NUL, valid Unicode: a file name that is
+    not UTF-8 comes in with lone surrogates), so that a name no event can carry is a usage
+    error naming it, not a database driver's encoding traceback."""
+    from airflow_ett.ett.events import EventError, check_string
+
+    try:
+        return check_string("name", text)
+    except EventError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message}: {text!r}") from None
 
 
 def positive_seconds(text: str) -> float:
@@ -136,10 +164,15 @@ def store_url(args: argparse.Namespace) -> str:
     return EttSettings.load().store_url
 
 
-def user_errors(load: Callable[[], type[Exception]]) -> Callable[[Command], Command]:
+def user_errors(load: Callable[[], type[Exception]], *,
+                with_detail: bool = False) -> Callable[[Command], Command]:
     """Decorate a command so that the error class `load()` returns is the user's one-line
     error (exit 1). `load` imports the module that defines it, so that module (the store
-    and SQLAlchemy, the embedded harness) is imported only when such a command runs."""
+    and SQLAlchemy, the embedded harness) is imported only when such a command runs.
+
+    `with_detail`: the error's lines after its first (the embedded harness's log tails)
+    are shown under the error line. Otherwise a newline in a message (from a path or a
+    name it quotes) is escaped like the rest: it cannot start a line of its own."""
 
     def decorate(command: Command) -> Command:
         @functools.wraps(command)
@@ -148,7 +181,10 @@ def user_errors(load: Callable[[], type[Exception]]) -> Callable[[Command], Comm
             try:
                 return command(args)
             except error as exc:
-                raise CliError(str(exc)) from exc
+                if not with_detail:
+                    raise CliError(str(exc)) from exc
+                first, *rest = str(exc).split("\n")
+                raise CliError(first, tuple(rest)) from exc
 
         return run
 

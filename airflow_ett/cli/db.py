@@ -20,9 +20,10 @@ def add_parser(sub: Subcommands) -> None:
 
 @store_command
 def upgrade_command(args: argparse.Namespace) -> int:
+    from airflow_ett.cli.console import line
     from airflow_ett.store import current, mask_url, upgrade
 
     url = store_url(args)
     upgrade(url)
-    print(f"ETT store at {mask_url(url)} is at revision {current(url)}")
+    line(f"ETT store at {mask_url(url)} is at revision {current(url)}")
     return 0

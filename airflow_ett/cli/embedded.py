@@ -55,7 +55,7 @@ def _embedded_error() -> type[Exception]:
 
 # A component that died, a DAG that failed to import, a run past its timeout: one line
 # (with the log lines the message carries), exit 1.
-_embedded_command = user_errors(_embedded_error)
+_embedded_command = user_errors(_embedded_error, with_detail=True)
 
 
 def _default_home() -> Path:
@@ -92,21 +92,23 @@ def _progress(message: str) -> None:
 
 
 def _print_run(result: RunResult, airflow: EmbeddedAirflow) -> None:
-    print(f"run {result.run_id} of {result.dag_id}: {result.state} "
-          f"({result.trigger_to_end_s:.1f} s from trigger to end)")
+    from airflow_ett.cli.console import line
+
+    line(f"run {result.run_id} of {result.dag_id}: {result.state} "
+         f"({result.trigger_to_end_s:.1f} s from trigger to end)")
     tasks = result.task_instances
     width = max([len("task"), *(len(str(t["task_id"])) for t in tasks)])
-    print(f"  {'task':<{width}}  {'try':>3}  {'state':<16} duration")
+    line(f"  {'task':<{width}}  {'try':>3}  {'state':<16} duration")
     for t in tasks:
         duration = f"{t['duration']:.1f} s" if isinstance(t["duration"], int | float) else "-"
-        print(f"  {t['task_id']:<{width}}  {t['try_number']:>3}  {t['state'] or '-':<16} "
-              f"{duration}")
+        line(f"  {t['task_id']:<{width}}  {t['try_number']:>3}  {t['state'] or '-':<16} "
+             f"{duration}")
     for t in tasks:
         if t["state"] not in ("success", "skipped", None):
             log = airflow.task_log_path(result.dag_id, result.run_id, t["task_id"],
                                         t["try_number"], t["map_index"])
             if log.is_file():
-                print(f"  log of {t['task_id']}: {log}")
+                line(f"  log of {t['task_id']}: {log}")
 
 
 def _print_ett(airflow: EmbeddedAirflow, result: RunResult) -> None:

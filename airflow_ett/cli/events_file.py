@@ -77,8 +77,10 @@ def read_events(source: str, *, strict: bool) -> list[Event]:
                 parsed = parse_lines(_event_lines(fh, source))
     except OSError as exc:  # a read error mid-file (EIO, a vanished network mount)
         fail(f"cannot read events file {source}: {exc.strerror or exc}")
-    for error in parsed.errors[:MAX_REPORTED_ERRORS]:
-        print(f"airflow-ett: skipped {source}: {error}", file=sys.stderr)
+    from airflow_ett.cli.console import line
+
+    for error in parsed.errors[:MAX_REPORTED_ERRORS]:  # escaped: they quote the file
+        line(f"airflow-ett: skipped {source}: {error}", file=sys.stderr)
     if len(parsed.errors) > MAX_REPORTED_ERRORS:
         print(f"airflow-ett: ... and {len(parsed.errors) - MAX_REPORTED_ERRORS} more bad "
               "lines", file=sys.stderr)
@@ -87,7 +89,7 @@ def read_events(source: str, *, strict: bool) -> list[Event]:
     if not parsed.events:
         fail(f"no valid events in {source}")
     if parsed.errors:
-        print(f"airflow-ett: warning: skipped {len(parsed.errors)} bad line(s) of "
-              f"{len(parsed.errors) + len(parsed.events)} in {source}; used the "
-              f"{len(parsed.events)} good one(s) (--strict fails instead)", file=sys.stderr)
+        line(f"airflow-ett: warning: skipped {len(parsed.errors)} bad line(s) of "
+             f"{len(parsed.errors) + len(parsed.events)} in {source}; used the "
+             f"{len(parsed.events)} good one(s) (--strict fails instead)", file=sys.stderr)
     return list(parsed.events)

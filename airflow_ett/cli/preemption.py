@@ -43,24 +43,28 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def _print_tick(tick: Tick) -> None:
+    """What the tick decided, a line each (through the console: job ids and reasons quote
+    names other people chose)."""
+    from airflow_ett.cli.console import line
+
     if tick.note:
-        print(tick.note)
+        line(tick.note)
         return
     state = tick.state
     assert state is not None
-    print(f"{len(state.running)} running, {len(state.waiting)} waiting, "
-          f"{state.free_gpus} of {state.capacity_gpus} GPUs free")
+    line(f"{len(state.running)} running, {len(state.waiting)} waiting, "
+         f"{state.free_gpus} of {state.capacity_gpus} GPUs free")
     for decision in tick.decisions:
-        print(f"{decision.for_job}: {decision.reason}")
+        line(f"{decision.for_job}: {decision.reason}")
         for p in decision.preemptions:
             mark = ("asked to yield" if p.victim in tick.requested else
                     "still yielding" if p.victim in tick.pending else "not asked")
-            print(f"  {p.reason} [{mark}]")
+            line(f"  {p.reason} [{mark}]")
     for label, jobs in (("yielding", tick.pending), ("request withdrawn", tick.withdrawn),
                         ("escalated to yield now", tick.escalated),
                         ("overdue (left to Airflow's heartbeat check)", tick.overdue)):
         if jobs:
-            print(f"{label}: {', '.join(jobs)}")
+            line(f"{label}: {', '.join(jobs)}")
     sys.stdout.flush()
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_ett.cli.common import fail, store_command, store_url, with_store
+from airflow_ett.cli.common import fail, name_arg, store_command, store_url, with_store
 from airflow_ett.cli.rollup import add_day_options, day_range
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def add_parser(sub: Subcommands) -> None:
                     "and SLOs, failures, what-if, the worst runs. Reads the days "
                     "`airflow-ett rollup` stored."))
     add_day_options(parser)
-    parser.add_argument("--tenant", help="only this tenant's figures")
+    parser.add_argument("--tenant", type=name_arg, help="only this tenant's figures")
     parser.add_argument("--format", choices=("text", "html", "json", "csv"), default="text")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write the report file there (html: default "
@@ -65,7 +65,7 @@ def worst_timelines(store: EttStore, day: DayRollup, *, tenant: str | None = Non
 
 @store_command
 def report_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import is_terminal
+    from airflow_ett.cli.console import is_terminal, line, terminal_text
     from airflow_ett.report.files import FILE_NAMES, report_text, write_reports
     from airflow_ett.report.tabular import to_csv, to_json
     from airflow_ett.settings import RollupSettings
@@ -82,25 +82,42 @@ def report_command(args: argparse.Namespace) -> int:
             fail(f"--tenant: {args.tenant!r} ran no job in the days asked for")
         timelines = (worst_timelines(store, days[-1], tenant=args.tenant)
                      if args.format == "html" else [])
-    out = args.out
+    out, where = args.out, "--out"
     if args.format == "html" and out is None:
-        out = settings.report_dir / days[-1].day
+        out, where = settings.report_dir / days[-1].day, "[ett] report_dir"
     if out is not None:
-        written = write_reports(out, days, before, timelines, tenant=args.tenant,
-                                formats=[args.format])
-        print(f"report: {written[args.format]}")
+        try:
+            written = write_reports(out, days, before, timelines, tenant=args.tenant,
+                                    formats=[args.format])
+        except OSError as exc:
+            fail(f"{where} {out}: the report cannot be written there: {_why(out, exc)}")
+        line(f"report: {written[args.format]}")
         return 0
     if args.format == "json":
         sys.stdout.write(to_json(days, tenant=args.tenant))
-    elif args.format == "csv":
-        sys.stdout.write(to_csv(days, tenant=args.tenant))
+    elif args.format == "csv":  # data for a pipe; on a terminal, shown as the rest is
+        table = to_csv(days, tenant=args.tenant)
+        if is_terminal():
+            table = "\n".join(terminal_text(row) for row in table.split("\n"))
+        sys.stdout.write(table)
     else:
         text = report_text(days, before, tenant=args.tenant, terminal=is_terminal())
         sys.stdout.write(text + "\n")
         html = settings.report_dir / days[-1].day / FILE_NAMES["html"]
         if html.is_file():
-            print(f"report: {html}")
+            line(f"report: {html}")
     return 0
+
+
+def _why(out: Path, exc: OSError) -> str:
+    """What stopped the write, said of the place asked for (the OS says 'File exists' of a
+    file where the report's directory should be)."""
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        for path in (out, *out.parents):
+            if path.exists() and not path.is_dir():
+                return f"{path} is not a directory"
+    where = f" ({exc.filename})" if exc.filename not in (None, str(out)) else ""
+    return f"{(exc.strerror or str(exc)).lower()}{where}"
 
 
 def write_day_report(store: EttStore, day: str, out_dir: Path) -> dict[str, Path]:

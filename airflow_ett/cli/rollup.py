@@ -17,10 +17,18 @@ if TYPE_CHECKING:
 
 
 def date_arg(text: str) -> dt.date:
+    """argparse type: a day, YYYY-MM-DD, one events can fall in (rollup.calendar's
+    FIRST_DAY to LAST_DAY): a usage error otherwise, never an OverflowError later."""
+    from airflow_ett.rollup.calendar import CalendarError, check_day
+
     try:
-        return dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a date: {text!r} (YYYY-MM-DD)") from None
+    try:
+        return check_day(day)
+    except CalendarError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("date: ")) from None
 
 
 def add_day_options(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from airflow_ett.cli.common import (
     fail,
+    name_arg,
     positive_int,
     print_json,
     store_command,
@@ -28,15 +29,15 @@ def add_parser(sub: Subcommands) -> None:
     listing = with_store(runs.add_parser("list", help="runs, newest first"))
     listing.add_argument("--since", type=time_arg, help="submitted at or after")
     listing.add_argument("--until", type=time_arg, help="submitted before")
-    listing.add_argument("--tenant")
-    listing.add_argument("--model")
-    listing.add_argument("--dag-id")
+    listing.add_argument("--tenant", type=name_arg)
+    listing.add_argument("--model", type=name_arg)
+    listing.add_argument("--dag-id", type=name_arg)
     listing.add_argument("--limit", type=positive_int, default=50,
                          help="at most this many runs (default: 50)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=list_command)
     show = with_store(runs.add_parser("show", help="one run's ETT breakdown"))
-    show.add_argument("run", help="the job id (the run's id in the store)")
+    show.add_argument("run", type=name_arg, help="the job id (the run's id in the store)")
     show.add_argument("--now", type=time_arg, help="'now' for a run still going")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=show_command)

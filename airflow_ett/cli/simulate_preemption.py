@@ -66,6 +66,7 @@ def _tenants(path: str | None) -> object:
 
 @store_command
 def simulate_command(args: argparse.Namespace) -> int:
+    from airflow_ett.cli.console import line
     from airflow_ett.rollup import day_window
     from airflow_ett.scheduling.fleet_sim import FleetSimError, simulate, summarise
     from airflow_ett.scheduling.recorded import recorded_arrivals
@@ -85,15 +86,16 @@ def simulate_command(args: argparse.Namespace) -> int:
         rows = store.list_runs(since=lo, until=hi, limit=None)
         recorded = recorded_arrivals((store.job_summary(r.job) for r in rows),
                                      config.tenants, capacity)
-    print(f"{len(recorded.arrivals)} recorded job(s) submitted {args.first} to {args.last} "
-          f"({tz}), on {capacity} GPUs, tenants {config.source}")
+    # Tenants come from the recorded events: through the console, escaped.
+    line(f"{len(recorded.arrivals)} recorded job(s) submitted {args.first} to {args.last} "
+         f"({tz}), on {capacity} GPUs, tenants {config.source}")
     if recorded.unknown_tenants:
         left = ", ".join(f"{t} ({n})" for t, n in sorted(recorded.unknown_tenants.items()))
-        print(f"left out, tenants not in the file: {left}")
+        line(f"left out, tenants not in the file: {left}")
     if recorded.not_started:
-        print(f"left out, never trained: {recorded.not_started}")
+        line(f"left out, never trained: {recorded.not_started}")
     if recorded.too_big:
-        print(f"left out, more GPUs than their tenant may hold: {recorded.too_big}")
+        line(f"left out, more GPUs than their tenant may hold: {recorded.too_big}")
     if not recorded.arrivals:
         fail("simulate-preemption: no recorded job to replay in those days")
     high = args.high_priority if args.high_priority is not None else max(

@@ -23,15 +23,16 @@ def add_parser(sub: Subcommands) -> None:
 
 @store_command
 def replay_command(args: argparse.Namespace) -> int:
+    from airflow_ett.cli.console import line
     from airflow_ett.emit import replay_spool
     from airflow_ett.settings import EttSettings
 
     spool_dir = args.spool_dir or str(EttSettings.load().spool_dir)
     if not Path(spool_dir).is_dir():
-        print(f"nothing to replay: {spool_dir} does not exist")
+        line(f"nothing to replay: {spool_dir} does not exist")
         return 0
     result = replay_spool(store_url(args), spool_dir)
-    print(f"replayed {result.replayed} event(s) from {result.files} file(s) in {spool_dir}")
-    for error in result.errors:
-        print(f"airflow-ett: {error}", file=sys.stderr)
+    line(f"replayed {result.replayed} event(s) from {result.files} file(s) in {spool_dir}")
+    for error in result.errors:  # they quote spool files' names and lines: escaped
+        line(f"airflow-ett: {error}", file=sys.stderr)
     return 1 if result.errors else 0

@@ -15,8 +15,16 @@ from dataclasses import dataclass
 import pendulum
 from pendulum.tz.exceptions import InvalidTimezone
 
+from airflow_ett.ett.events import TS_MAX, TS_MIN
+
 #: A backfill longer than this is refused: it is almost always a mistyped date.
 MAX_DAYS: int = 3660
+#: The first and last day a rollup or a report may name: the UTC days event times can
+#: lie in (`TS_MIN`, `TS_MAX`). Outside them no job can have run, and near the ends of
+#: `datetime`'s range the day after (a window's end) or before (a report's comparison)
+#: does not exist (`--date 9999-12-31` was an OverflowError).
+FIRST_DAY: dt.date = dt.datetime.fromtimestamp(TS_MIN, dt.UTC).date()
+LAST_DAY: dt.date = dt.datetime.fromtimestamp(TS_MAX, dt.UTC).date() - dt.timedelta(days=1)
 
 
 class CalendarError(ValueError):
@@ -51,12 +59,22 @@ def check_tz(tz: str) -> str:
     return tz
 
 
+def check_day(day: dt.date, *, field: str = "date") -> dt.date:
+    """`day`, if it lies in `[FIRST_DAY, LAST_DAY]`; `CalendarError` naming it if not."""
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise CalendarError(f"{field}: {day.isoformat()} is not a day events can fall in "
+                            f"({FIRST_DAY.isoformat()} to {LAST_DAY.isoformat()})")
+    return day
+
+
 def parse_day(text: str, *, field: str = "date") -> dt.date:
-    """`YYYY-MM-DD` as a date; `CalendarError` naming the field and value otherwise."""
+    """`YYYY-MM-DD` as a date in `[FIRST_DAY, LAST_DAY]`; `CalendarError` naming the
+    field and value otherwise."""
     try:
-        return dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text)
     except (TypeError, ValueError) as exc:
         raise CalendarError(f"{field}: {text!r} is not a date (YYYY-MM-DD)") from exc
+    return check_day(day, field=field)
 
 
 def day_window(day: dt.date, tz: str) -> DayWindow:

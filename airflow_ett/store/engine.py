@@ -53,8 +53,16 @@ def parse_url(url: str) -> URL:
     """Parse and vet a store URL, raising `StoreError` for one the store cannot use.
 
     Every store URL passes here (the store, migrations, the emitter's sink), so this is
-    where `postgresql://` and `postgres://` become the installed driver's URL.
+    where `postgresql://` and `postgres://` become the installed driver's URL. A URL with
+    a NUL or a lone surrogate (a path that is not UTF-8) is refused here by the event
+    format's rule for text, before a driver fails to encode it.
     """
+    from airflow_ett.ett.events import EventError, check_string
+
+    try:
+        check_string("store_url", url)
+    except EventError as exc:  # the flaw only: the URL may hold a password
+        raise StoreError(f"ETT store URL: {exc.message}") from None
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError, TypeError) as exc:

@@ -5,9 +5,13 @@ import itertools
 
 import pytest
 
+from airflow_ett.ett.events import TS_MAX, TS_MIN
 from airflow_ett.rollup.calendar import (
+    FIRST_DAY,
+    LAST_DAY,
     MAX_DAYS,
     CalendarError,
+    check_day,
     check_tz,
     day_of,
     day_window,
@@ -55,3 +59,14 @@ def test_bad_input_is_named() -> None:
     assert len(days(first, first + dt.timedelta(days=MAX_DAYS - 1))) == MAX_DAYS
     with pytest.raises(CalendarError, match=f"{MAX_DAYS + 1} days"):
         days(first, first + dt.timedelta(days=MAX_DAYS))
+
+
+def test_the_days_a_rollup_may_name_are_those_events_can_fall_in() -> None:
+    assert (dt.date(2000, 1, 1), dt.date(2099, 12, 31)) == (FIRST_DAY, LAST_DAY)
+    assert day_window(FIRST_DAY, "UTC").lo == TS_MIN
+    assert day_window(LAST_DAY, "UTC").hi == TS_MAX
+    assert check_day(FIRST_DAY) == FIRST_DAY and parse_day("2099-12-31") == LAST_DAY
+    for text in ("9999-12-31", "0001-01-01", "1999-12-31", "2100-01-01"):
+        with pytest.raises(CalendarError, match=f"conf.date: {text} is not a day events can "
+                                                "fall in \\(2000-01-01 to 2099-12-31\\)"):
+            parse_day(text, field="conf.date")

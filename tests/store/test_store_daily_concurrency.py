@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from airflow_ett.rollup import ComponentsConfig, DayRollup, load_components
 from airflow_ett.store import EttStore
+from airflow_ett.store.schema import daily_jobs
 from tests.rollup.scenarios import LO, WINDOW, job_a, job_b
 
 NOW = LO + 2 * 86400
@@ -54,7 +55,7 @@ def _paused_before_commit(store: EttStore, hold: Callable[[], None]) -> Iterator
     wrote: list[bool] = []
 
     def on_execute(conn: Any, clauseelement: Any, *args: Any) -> None:
-        if isinstance(clauseelement, sa.Delete) and clauseelement.table.name == "ett_daily_jobs":
+        if isinstance(clauseelement, sa.Delete) and clauseelement.table is daily_jobs:
             wrote.append(True)
 
     def on_commit(conn: Any) -> None:
@@ -83,9 +84,11 @@ def _race(url: str, backend: str, components: ComponentsConfig
                             lambda dbapi, _: b_pids.add(dbapi.get_backend_pid()))
             b_blocked = _blocked_on_a_lock(probe, b_pids)
         else:  # B is about to send its write transaction's BEGIN IMMEDIATE
-            sa.event.listen(b.engine, "before_cursor_execute",
-                            lambda _c, _k, statement, *_: statement == "BEGIN IMMEDIATE"
-                            and b_begins.set())
+            def before(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+                if statement == "BEGIN IMMEDIATE":
+                    b_begins.set()
+
+            sa.event.listen(b.engine, "before_cursor_execute", before)
             b_blocked = b_begins.is_set
         a_holds = threading.Event()
         results: dict[str, DayRollup | BaseException] = {}
