@@ -248,3 +248,25 @@ def command_lines(draw: st.DrawFn) -> list[str]:
 @given(argv=command_lines())
 def test_any_combination_of_them(world: dict[str, str], argv: list[str]) -> None:
     run_and_check(argv, world)
+
+
+def test_a_harness_error_keeps_its_log_tail_under_the_one_error_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded harness's errors carry the log lines of what failed (a DAG's import
+    error): they follow the error line, indented and escaped (a log's colours included).
+    The harness itself is stood in for: starting a real Airflow to fail an import is
+    tests/embedded/test_embedded.py's (test_import_error_is_reported_with_its_text)."""
+    import airflow_ett.cli.embedded as embedded_cli
+    from airflow_ett.embedded import DagImportError
+
+    def refuse(*_: object, **__: object) -> None:
+        raise DagImportError("DAG 'x' is not loaded; import errors:\nTraceback (most recent "
+                             "call last):\n\x1b[31mNameError: boom\x1b[0m")
+
+    monkeypatch.setattr(embedded_cli, "_embedded", refuse)
+    code, _, err = run_cli(["embedded", "run", "x", "--dags-folder", str(tmp_path)])
+    assert code == 1
+    assert err.splitlines() == [
+        "airflow-ett: error: DAG 'x' is not loaded; import errors:",
+        "  Traceback (most recent call last):",
+        "  \\x1b[31mNameError: boom\\x1b[0m"]

@@ -85,6 +85,7 @@ COMMANDS = [
     (["report", "--date", DAY, "--store-url", "{url}"], 0, [JOB, TENANT, "[red]team[/red]"]),
     (["report", "--date", DAY, "--tenant", TENANT, "--store-url", "{url}"], 0, [TENANT]),
     (["report", "--date", DAY, "--store-url", "{url}", "--out", "{out}"], 0, ["{out}"]),
+    (["rollup", "--date", DAY, "--store-url", "{url}"], 0, []),
     (["compute", "{log}"], 0, [JOB, TENANT]),
     (["ingest", "{log}", "--store-url", "{url}"], 0, []),
     (["simulate-preemption", "--from", DAY, "--to", DAY, "--tenants", "{tenants}",
