@@ -34,7 +34,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_ett import __version__
 from airflow_ett.plugin.web import api, pages
 from airflow_ett.plugin.web.access import signed_in
-from airflow_ett.report.html import PLOTLY_JS_NAME, plotly_js_path
+from airflow_ett.report.html import (
+    CHARTS_JS_NAME,
+    PLOTLY_JS_NAME,
+    charts_js_path,
+    plotly_js_path,
+)
 from airflow_ett.settings import SettingsError
 from airflow_ett.store import StoreError
 
@@ -56,6 +61,7 @@ def _static(name: str) -> Path:
 #: The only files `/static/` serves: name -> (path, media type, Cache-Control).
 STATIC: Final[dict[str, tuple[Path, str, str]]] = {
     PLOTLY_JS_NAME: (plotly_js_path(), "text/javascript", _YEAR),
+    CHARTS_JS_NAME: (charts_js_path(), "text/javascript", _HOUR),
     "ett.js": (_static("ett.js"), "text/javascript", _HOUR),
     "ett.css": (_static("ett.css"), "text/css", _HOUR),
     "ett-icon.svg": (_static("ett-icon.svg"), "image/svg+xml", _HOUR),

@@ -75,6 +75,7 @@ def page_context(request: Request) -> dict[str, Any]:
     """What every page needs: where it lives, where Airflow's UI is, the chart themes."""
     root = str(request.url_for("fleet_page").path).rstrip("/")
     return {"root": root, "airflow": views.base_path(), "plotly_js": report.PLOTLY_JS_NAME,
+            "charts_js": report.CHARTS_JS_NAME,
             "themes_json": script_json(report.THEMES),
             "config_json": script_json(report.PLOTLY_CONFIG)}
 

@@ -59,7 +59,7 @@
   }
 
   function draw(theme) {
-    if (typeof Plotly === "undefined") {
+    if (typeof Plotly === "undefined" || typeof EttCharts === "undefined") {
       nodes.forEach(function (n) { n.setAttribute("data-error", "plotly.js did not load"); });
       return;
     }
@@ -67,7 +67,7 @@
       var fig = figures[node.getAttribute("data-figure")];
       if (!fig) { return; }
       if (!node.classList.contains("js-plotly-plot")) { node.replaceChildren(); }
-      Plotly.react(node, fig.data, themed(fig.layout, theme), config);
+      EttCharts.draw(node, fig.data, themed(fig.layout, theme), config);
     });
   }
 
