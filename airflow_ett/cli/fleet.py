@@ -2,8 +2,11 @@
 rollup, the reports and the pages can be seen and benchmarked before a real fleet reports.
 
 What the jobs look like is `airflow_ett/rollup/simulate.py`'s (tenants, models, phase
-times shaped like the measured demo runs, failures by cause, jobs across midnight, the
-last day's unfinished jobs still running). Synthetic data must never pass for a
+times shaped like the measured demo runs, failures by cause, jobs across midnight). Each
+job is written whole, to its end, so none is left running for ever; by default the last
+day is the latest whose jobs have all ended by now, so no event lies in the future. It
+writes `days x jobs-per-day` jobs, and says so: the progress and the summary count the
+same jobs. Synthetic data must never pass for a
 measurement: the first line of the output says SYNTHETIC, and every job is marked where
 every later reader sees it (`job_submitted.attrs.synthetic`, counted by the rollup as
 `synthetic_jobs`; ids `sim-<seed>-...`, DAG ids `sim_...`).
@@ -80,7 +83,8 @@ def add_parser(sub: Subcommands) -> None:
                      help="random seed: the same seed, days and jobs give the same fleet "
                           "(default: 0)")
     sim.add_argument("--start", type=date_arg,
-                     help="first day, YYYY-MM-DD (default: the last day is yesterday)")
+                     help="first day, YYYY-MM-DD (default: the last day is the latest whose "
+                          "jobs, up to 22 h long, have all ended by now)")
     sim.add_argument("--tz", help="time zone of the days (default: [ett] rollup_timezone)")
     sim.set_defaults(func=simulate_command)
 
@@ -88,8 +92,13 @@ def add_parser(sub: Subcommands) -> None:
 @store_command
 def simulate_command(args: argparse.Namespace) -> int:
     from airflow_ett.cli.console import terminal_text
-    from airflow_ett.rollup.calendar import day_of
-    from airflow_ett.rollup.simulate import SimulationError, fleet_horizon, fleet_specs
+    from airflow_ett.rollup.simulate import (
+        SimulationError,
+        default_start,
+        fleet_end,
+        fleet_horizon,
+        fleet_specs,
+    )
     from airflow_ett.settings import RollupSettings
     from airflow_ett.store import EttStore
     from airflow_ett.store import mask_url as _mask_url
@@ -98,8 +107,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         return terminal_text(_mask_url(url))
 
     tz = timezone(args, RollupSettings.load())
-    today = day_of(time.time(), tz)
-    start: dt.date = args.start or today - dt.timedelta(days=args.days)
+    now = time.time()
+    start: dt.date = args.start or default_start(args.days, now, tz)
     try:
         specs = fleet_specs(args.days, args.jobs_per_day, args.seed, start, tz)
     except SimulationError as exc:  # "name: ...": said with the option's name
@@ -110,18 +119,18 @@ def simulate_command(args: argparse.Namespace) -> int:
     print(f"airflow-ett: writing a SYNTHETIC fleet (simulated jobs, not measurements): "
           f"{args.days} day(s) {start}..{last} ({tz}), {args.jobs_per_day} jobs/day, "
           f"seed {args.seed}, into {mask_url(url)}", flush=True)
-    if last >= today:
-        print(f"airflow-ett: warning: {last} is not over yet in {tz}: some synthetic events "
-              "lie in the future", file=sys.stderr)
+    if fleet_end(start, args.days, tz) > now:
+        print(f"airflow-ett: warning: the jobs of {last} run up to 22 h past its end in {tz}, "
+              "which is not over yet: some synthetic events lie in the future",
+              file=sys.stderr)
     began = time.perf_counter()
     with EttStore(url) as store:
         _refuse_another_fleet(store, args.seed, start, args.days, tz)
-        jobs, running, events, new, conflicts = _write(store, specs,
-                                                       args.days * args.jobs_per_day)
+        jobs, events, new, conflicts = _write(store, specs, args.days * args.jobs_per_day)
     seconds = max(time.perf_counter() - began, 1e-9)
     print(f"synthetic fleet in the store {mask_url(url)}:\n"
-          f"  jobs    {jobs:,} over {args.days} day(s) {start}..{last} ({tz}); {running:,} "
-          f"still running at the end of {last} (provisional)\n"
+          f"  jobs    {jobs:,} over {args.days} day(s) {start}..{last} ({tz}), each to its "
+          "end (the last day's run up to 22 h past it)\n"
           f"  events  {events:,}: {new:,} new, {events - new:,} already there\n"
           f"  speed   {seconds:.1f} s: {jobs / seconds:,.0f} jobs/s, "
           f"{events / seconds:,.0f} events/s\n"
@@ -156,21 +165,21 @@ def _refuse_another_fleet(store: EttStore, seed: int, start: dt.date, days: int,
 
 
 def _write(store: EttStore, specs: Iterable[JobSpec],
-           planned: int) -> tuple[int, int, int, int, int]:
+           planned: int) -> tuple[int, int, int, int]:
     """Simulate each spec and store its events, a batch at a time, with a progress meter
-    over the planned jobs; returns (jobs, jobs still running, events, new events, events
-    whose id was stored with other content). `ingest` costs nothing more than
-    `insert_events` for new events; on a rerun it tells a replay from a clash."""
+    over the planned jobs (it counts the jobs written, so it ends where the summary's
+    count does); returns (jobs, events, new events, events whose id was stored with other
+    content). `ingest` costs nothing more than `insert_events` for new events; on a rerun
+    it tells a replay from a clash."""
     from airflow_ett.cli.console import progress
     from airflow_ett.ett.synthetic import iter_simulate
 
-    jobs = running = events = new = conflicts = shown = 0
+    jobs = events = new = conflicts = shown = 0
     batch: list[Event] = []
     with progress(planned, "synthetic jobs") as advance:
         for spec in specs:
             batch.extend(iter_simulate(spec))
             jobs += 1
-            running += spec.running_until_step is not None
             if len(batch) >= BATCH_EVENTS:
                 result = store.ingest(batch)
                 new, conflicts = new + result.new, conflicts + result.conflicts
@@ -182,5 +191,5 @@ def _write(store: EttStore, specs: Iterable[JobSpec],
             result = store.ingest(batch)
             new, conflicts = new + result.new, conflicts + result.conflicts
             events += len(batch)
-        advance(planned - shown)  # the last day's jobs left out (not started) count as done
-    return jobs, running, events, new, conflicts
+        advance(jobs - shown)
+    return jobs, events, new, conflicts

@@ -74,6 +74,22 @@ def render_row(d: Mapping[str, Any], *, top_phases: int = 8, terminal: bool = Fa
                           terminal=terminal)
 
 
+def _attempt_messages(d: Mapping[str, Any]) -> list[str]:
+    """`  attempt 2 failed (preemption, exit 75): <message>` for each attempt whose end
+    said something (a failure's message, a preemption's reason: the controller's)."""
+    out = []
+    for attempt in (_dict(a) for a in _list(d.get("attempts"))):
+        message = attempt.get("message")
+        if not message:
+            continue
+        how = ", ".join(str(x) for x in (attempt.get("cause"),
+                                        None if attempt.get("exit_code") is None
+                                        else f"exit {attempt.get('exit_code')}") if x)
+        out.append(f"  attempt {attempt.get('attempt')} {attempt.get('status')}"
+                   f"{f' ({how})' if how else ''}: {message}")
+    return out
+
+
 def _heading(text: str) -> Text:
     return Text(text, style="bold cyan")
 
@@ -127,6 +143,9 @@ def job_view(d: Mapping[str, Any], *, top_phases: int = 8,
         lines.append("  model available "
                      f"{_s(d['model_available_after_release_s'])} after the GPUs were released")
     parts += [_heading("Level 1"), *(Text(x) for x in lines), Text()]
+    said = _attempt_messages(d)
+    if said:
+        parts += [_heading("Attempts' messages"), *(Text(x) for x in said), Text()]
 
     components = _dict(d.get("components"))
     level2 = table(

@@ -50,6 +50,9 @@ class AttemptRow(_Part, frozen=True):
     exit_code: int | None
     inferred: bool
     effective_s: float
+    # what its `attempt_ended` said: a failure's message, a preemption's reason (added
+    # after the first rows, hence the default)
+    message: str | None = None
 
 
 class FailureRow(_Part, frozen=True):
@@ -221,6 +224,22 @@ class JobSummary(_Part, frozen=True):
         except msgspec.DecodeError as exc:
             raise SummaryError(f"job summary is not JSON: {exc}") from None
         return cls.from_dict(data)
+
+
+def lacks_row_fields(data: object) -> bool:
+    """Whether a JSON form's attempt or failure rows lack a field this code writes: a
+    form computed before the field was added (an attempt's `message`, say). Its numbers
+    still read (the field has a default), but a reader shown it would miss what the
+    events say; the store computes such a cached form again (`EttStore.summary`)."""
+    if not isinstance(data, dict):
+        return False
+    for key, row_type in (("attempts", AttemptRow), ("failures", FailureRow)):
+        rows = data.get(key)
+        if isinstance(rows, list) and any(
+                isinstance(row, dict) and not set(row_type.__struct_fields__) <= row.keys()
+                for row in rows):
+            return True
+    return False
 
 
 def _seconds(values_us: dict[str, int]) -> dict[str, float]:

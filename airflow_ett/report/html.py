@@ -99,8 +99,12 @@ THEMES: Final[Mapping[str, Mapping[str, Any]]] = {
         "axis": {"gridcolor": "#30363D", "linecolor": "#6E7681", "zerolinecolor": "#6E7681"},
     },
 }
-#: What the page passes to Plotly.react: no plotly logo (a link to the web), resizes.
-PLOTLY_CONFIG: Final[Mapping[str, Any]] = {"displaylogo": False, "responsive": True}
+#: What the page passes to Plotly.react: no plotly logo (a link to the web); not plotly's
+#: `responsive` mode, which lost the charts' height on a resize: `static/ett-charts.js`
+#: sizes every chart to its box and redraws it when the box's width changes.
+PLOTLY_CONFIG: Final[Mapping[str, Any]] = {"displaylogo": False, "responsive": False}
+#: The script that draws the figures (the report inlines it; the UI pages serve it).
+CHARTS_JS_NAME: Final = "ett-charts.js"
 
 #: Fleet figure keys, in page order; a timeline's key is `timeline-<i>`, i its position.
 FLEET_FIGURES: Final = ("ett_trend", "shares", "lost_by_team", "failures")
@@ -353,6 +357,11 @@ def plotly_js_path() -> Path:
     return Path(str(resources.files("airflow_ett.report") / "static" / PLOTLY_JS_NAME))
 
 
+def charts_js_path() -> Path:
+    """`static/ett-charts.js`: draws the figures at their size and keeps it on a resize."""
+    return Path(str(resources.files("airflow_ett.report") / "static" / CHARTS_JS_NAME))
+
+
 def _script_json(value: object) -> Markup:
     """JSON for a `<script type="application/json">`: `<`, `>`, `&` (and the two line
     separators JavaScript once choked on) as escapes, so no string can end the element."""
@@ -371,11 +380,15 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
+def _inline_script(path: Path) -> Markup:
+    text = path.read_text(encoding="utf-8")
+    # The scripts have no "</script" today; if a later one did, it would end the element.
+    return Markup(re.sub(r"</(script)", r"<\\/\1", text, flags=re.IGNORECASE))
+
+
 @functools.cache
 def _inline_plotly_js() -> Markup:
-    text = plotly_js_path().read_text(encoding="utf-8")
-    # The bundle has no "</script" today; if a later one did, it would end the element.
-    return Markup(re.sub(r"</(script)", r"<\\/\1", text, flags=re.IGNORECASE))
+    return _inline_script(plotly_js_path())
 
 
 def _check_script_src(src: str) -> str:
@@ -502,6 +515,7 @@ def render_html(days: Sequence[DayRollup], timelines: Sequence[RunTimeline] = ()
         config_json=_script_json(PLOTLY_CONFIG),
         script_src=_check_script_src(script_src) if script_src is not None else None,
         plotly_js=_inline_plotly_js() if script_src is None else None,
+        charts_js=_inline_script(charts_js_path()),
         plotly_js_name=PLOTLY_JS_NAME,
         plotly_js_version=PLOTLY_JS_VERSION,
     )

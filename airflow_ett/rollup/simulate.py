@@ -48,17 +48,18 @@ unknown 0.01 per job + 1 per 8,000 GPU-hours; at most 8.
 
 Submissions follow a working day (60% around 13:30 local, 25% uniform, 15% in a nightly
 retrain wave 21:00-24:00), so late jobs run across midnight, in the time zone given. Every
-E2E stays under 22 hours, so the only jobs still running when the fleet's last day ends
-(its horizon) are jobs of that last day: they are cut there (`running_until_step`) and
-stay provisional; a job that would not have stepped by the horizon is left out. Events
-carry progress about every 1/64 of a job's steps, so a fleet job is about 100 events.
+job is written whole, to its end: a store holds nothing that would go on writing the
+rest, so a job cut where the fleet's last day ends stayed "running" for ever (its run
+page's E2E growing with the clock, the rollup counting it as silent). Every E2E stays
+under 22 hours (`MAX_E2E_S`), so the last day's jobs end by `fleet_end` at the latest,
+and every day has all its jobs. Events carry progress about every 1/64 of a job's steps,
+so a fleet job is about 100 events.
 
 Deterministic: job n of a day depends only on the seed, the time zone, the day and n (a
 `random.Random` seeded with the four), so the same arguments give the same events with
 the same ids and the store (which dedupes on id) takes a rerun as nothing new; more jobs
-per day or more days with the same seed only add jobs; and a job cut at one horizon is a
-prefix of the same job at a later one. Only the same seed in another time zone reuses
-ids with other content (the CLI refuses to write into such a store).
+per day or more days with the same seed only add jobs. Only the same seed in another time
+zone reuses ids with other content (the CLI refuses to write into such a store).
 """
 
 from __future__ import annotations
@@ -71,18 +72,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from airflow_ett.ett.events import FailureCause, Progress
-from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, iter_simulate
-from airflow_ett.rollup.calendar import DayWindow, check_tz, day_window
+from airflow_ett.ett.events import FailureCause
+from airflow_ett.ett.synthetic import InjectedFailure, JobSpec
+from airflow_ett.rollup.calendar import DayWindow, check_tz, day_of, day_window
 
 __all__ = ["MAX_DAYS", "MAX_JOBS_PER_DAY", "TENANTS", "Model", "SimulationError", "Tenant",
-           "e2e_bound", "fleet_horizon", "fleet_job", "fleet_specs"]
+           "default_start", "e2e_bound", "fleet_end", "fleet_horizon", "fleet_job",
+           "fleet_specs"]
 
 #: Bounds on a simulation: a year of days, and 5x the benchmark's 20,000 jobs a day.
 MAX_DAYS: Final = 366
 MAX_JOBS_PER_DAY: Final = 100_000
 MAX_SEED: Final = 2**63 - 1
-#: Every job's E2E stays under this, so that only the last day's jobs can still be running.
+#: Every job's E2E stays under this, so that a fleet's jobs have all ended this long after
+#: its last day (`fleet_end`).
 MAX_E2E_S: Final = 22 * 3600.0
 #: Progress events per job (about): a fleet job is then ~100 events, 20,000 jobs ~2M.
 PROGRESS_EVENTS: Final = 64
@@ -166,18 +169,31 @@ def _check_int(name: str, value: int, lo: int, hi: int) -> int:
 
 
 def fleet_horizon(start_day: dt.date, days: int, tz: str) -> DayWindow:
-    """The fleet's last day (its `hi` is the horizon: no simulated event is later)."""
+    """The fleet's last day: no job is submitted after its `hi`."""
     return day_window(start_day + dt.timedelta(days=days - 1), tz)
+
+
+def fleet_end(start_day: dt.date, days: int, tz: str) -> float:
+    """A bound on the fleet's latest event: its last day's end plus `MAX_E2E_S`."""
+    return fleet_horizon(start_day, days, tz).hi + MAX_E2E_S
+
+
+def default_start(days: int, now: float, tz: str) -> dt.date:
+    """The first day of the `days`-day fleet whose last day is the latest one all of whose
+    jobs have ended by `now` (`fleet_end <= now`): yesterday late in the day, else the
+    day before. Nothing it writes then lies in the future."""
+    last = day_of(now, tz)
+    while day_window(last, tz).hi + MAX_E2E_S > now:
+        last -= dt.timedelta(days=1)
+    return last - dt.timedelta(days=days - 1)
 
 
 def fleet_specs(days: int, jobs_per_day: int, seed: int, start_day: dt.date,
                 tz: str) -> Iterator[JobSpec]:
     """The fleet's jobs, `jobs_per_day` submitted on each of `days` days from `start_day`
-    (days in `tz`), day by day and by job number. Arguments are checked here, before
-    the first job is made: `SimulationError` (a ValueError) names the one that is wrong.
-
-    A job of the last day that would still be running at its end is cut there; one that
-    would not yet have stepped is left out, so the last day may yield fewer jobs.
+    (days in `tz`), day by day and by job number: `days * jobs_per_day` jobs, each whole
+    (it ends by `fleet_end`). Arguments are checked here, before the first job is made:
+    `SimulationError` (a ValueError) names the one that is wrong.
     """
     _check_int("days", days, 1, MAX_DAYS)
     _check_int("jobs_per_day", jobs_per_day, 1, MAX_JOBS_PER_DAY)
@@ -198,17 +214,8 @@ def fleet_specs(days: int, jobs_per_day: int, seed: int, start_day: dt.date,
 
 def _fleet(days: int, jobs_per_day: int, seed: int, start_day: dt.date,
            tz: str) -> Iterator[JobSpec]:
-    horizon = fleet_horizon(start_day, days, tz).hi
     for i in range(days):
-        window = day_window(start_day + dt.timedelta(days=i), tz)
-        last_day = i == days - 1
-        for spec in _day(window, jobs_per_day, seed):
-            if last_day:
-                cut = _as_of(spec, horizon)
-                if cut is not None:
-                    yield cut
-            else:
-                yield spec
+        yield from _day(day_window(start_day + dt.timedelta(days=i), tz), jobs_per_day, seed)
 
 
 def _day(window: DayWindow, jobs_per_day: int, seed: int) -> Iterator[JobSpec]:
@@ -407,27 +414,3 @@ def e2e_bound(spec: JobSpec,
                   + spec.checkpoint_blocking_s for f in failures)
             + spec.checkpoint_blocking_s + spec.checkpoint_total_s
             + spec.final_checkpoint_s + spec.teardown_s)
-
-
-def _as_of(spec: JobSpec, horizon: float) -> JobSpec | None:
-    """The job as it stands at `horizon`: itself when it ended by then, else cut to run
-    up to its last progress before the first event after it (`running_until_step`), or
-    None when it would not have stepped by then.
-
-    Exact, not estimated: the simulator stops at the first loop top whose step reaches
-    `running_until_step`, and every event it writes before that precedes, in its own
-    order, the first one later than `horizon`.
-    """
-    if spec.submit_ts + e2e_bound(spec) <= horizon:
-        return spec
-    reached: int | None = None
-    for event in iter_simulate(spec):
-        if isinstance(event, Progress):
-            reached = event.step_start
-        if event.ts > horizon:
-            break
-    else:
-        return spec
-    if reached is None:
-        return None
-    return dataclasses.replace(spec, running_until_step=reached)

@@ -44,7 +44,7 @@ from airflow_ett.ett.events import (
     event_to_json,
     parse_line,
 )
-from airflow_ett.ett.summary import JobSummary, SummaryError
+from airflow_ett.ett.summary import JobSummary, SummaryError, lacks_row_fields
 from airflow_ett.store.engine import is_sqlite, make_engine, writer
 from airflow_ett.store.errors import (
     JobNotFound,
@@ -476,7 +476,9 @@ class EttStore:
         """The job's summary in its JSON form, as cached: what `runs show --json` prints.
 
         A cached result is reused while no new event arrived for the job, unless it was
-        provisional (the job was still running: its numbers move with `now`). Raises
+        provisional (the job was still running: its numbers move with `now`) or its rows
+        lack a field added since it was computed (`lacks_row_fields`: an attempt's
+        `message`, which the events had all along). Raises
         `JobNotFound` for a job with no events. Readers that use the numbers want
         `job_summary`, the typed form; this one hands a stored row on as it is.
         """
@@ -517,7 +519,9 @@ class EttStore:
                 .where(summaries.c.job == job)
             ).first() if use_cache else None
             if cached is not None and cached.version == version and not cached.provisional:
-                return version, json.loads(cached.payload), []
+                payload = json.loads(cached.payload)
+                if not lacks_row_fields(payload):  # else computed before a field was added
+                    return version, payload, []
             return version, None, self._events_of(conn, job)
 
         version, cached, job_events = self._read(read)

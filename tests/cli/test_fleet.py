@@ -1,6 +1,7 @@
 """`airflow-ett fleet simulate` against a real SQLite store: the output says SYNTHETIC, the
-jobs carry the mark through to their summaries and the day's rollup, a rerun adds
-nothing, and a clash with another fleet of the same seed is refused before any write."""
+jobs carry the mark through to their summaries and the day's rollup, every job ends, the
+counts it prints agree with each other and with the store, a rerun adds nothing, and a
+clash with another fleet of the same seed is refused before any write."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from airflow_ett.cli import main
 from airflow_ett.rollup import day_of, day_window, load_components
-from airflow_ett.rollup.simulate import fleet_horizon
+from airflow_ett.rollup.simulate import default_start, fleet_horizon
 from airflow_ett.store import EttStore, upgrade
 
 START = dt.date(2026, 11, 20)
@@ -31,6 +32,15 @@ def simulate(url: str, *extra: str, days: int = 2, jobs: int = 25, seed: int = 3
             "--seed", str(seed), "--store-url", url, *extra]
 
 
+def jobs_written(out: str, err: str) -> tuple[int, int, int]:
+    """(jobs the progress counted, its total, jobs the summary says)."""
+    progress = re.search(r"synthetic jobs: ([\d,]+)/([\d,]+)", err)
+    summary = re.search(r"^  jobs    ([\d,]+) over ", out, re.MULTILINE)
+    assert progress and summary, (out, err)
+    return (int(progress[1].replace(",", "")), int(progress[2].replace(",", "")),
+            int(summary[1].replace(",", "")))
+
+
 def counts(out: str) -> tuple[int, int]:
     """(events, new events) from the summary."""
     found = re.search(r"^  events  ([\d,]+): ([\d,]+) new, ", out, re.MULTILINE)
@@ -46,20 +56,23 @@ def test_writes_a_marked_fleet_once(url: str, capsys: pytest.CaptureFixture[str]
         "airflow-ett: writing a SYNTHETIC fleet (simulated jobs, not measurements): "
         "2 day(s) 2026-11-20..2026-11-21 (UTC), 25 jobs/day, seed 3")
     assert "every job is marked synthetic" in out
-    assert "synthetic jobs: 50/50" in err  # the progress, plain off a terminal, on stderr
+    # the progress (plain off a terminal, on stderr) and the summary count the same jobs
+    assert jobs_written(out, err) == (50, 50, 50)
     events, new = counts(out)
     assert events == new > 0
 
     with EttStore(url) as store:
         assert store.count_events() == events
         runs = store.list_runs(limit=1000)
-        assert 45 < len(runs) <= 50  # the last day may leave out jobs not yet stepping
+        assert len(runs) == 50
         assert all(r.job.startswith("sim-3-") for r in runs)
         assert all(r.dag_id is not None and r.dag_id.startswith("sim_") for r in runs)
+        assert {str(r.status) for r in runs} <= {"success", "failed", "cancelled"}
         horizon = fleet_horizon(START, 2, "UTC").hi
         summaries = [store.job_summary(r.job, now=horizon) for r in runs]
         assert all(s.synthetic is True for s in summaries)
-        assert any(s.provisional for s in summaries)  # the last day's unfinished jobs
+        assert not any(s.provisional for s in summaries)  # every job ended
+        assert max(s.ended_at for s in summaries) > horizon  # late ones past the last day
 
     assert main(argv) == 0  # the same fleet again: every event is already there
     out = capsys.readouterr().out
@@ -83,18 +96,35 @@ def test_a_day_of_the_fleet_rolls_up_as_synthetic(url: str,
                                          load_components(), now=horizon)
     assert first.fleet.jobs == 40 == first.synthetic_jobs
     assert not first.provisional
-    # The second day also holds first-day jobs that ran past midnight.
-    assert second.synthetic_jobs == second.fleet.jobs > 40 * 0.9
-    assert second.provisional
+    # The second day also holds first-day jobs that ran past midnight; its own late jobs
+    # run past its end, and have ended there too: nothing is provisional.
+    assert second.synthetic_jobs == second.fleet.jobs > 40
+    assert not second.provisional
     assert set(first.tenants) >= {"ads-ranking", "feed-recs"}
     assert 0 < first.fleet.ett_pct < 100
 
 
-def test_default_start_ends_yesterday(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_default_fleet_has_ended_by_now(url: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    began = time.time()
     assert main(simulate(url, "--tz", "UTC", days=3, jobs=2)) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    yesterday = day_of(time.time(), "UTC") - dt.timedelta(days=1)
-    assert f"{yesterday - dt.timedelta(days=2)}..{yesterday} (UTC)" in first
+    out, err = capsys.readouterr()
+    first = out.splitlines()[0]
+    lasts = {default_start(3, t, "UTC") + dt.timedelta(days=2) for t in (began, time.time())}
+    assert any(f"{d - dt.timedelta(days=2)}..{d} (UTC)" in first for d in lasts), first
+    assert all(d < day_of(began, "UTC") for d in lasts)
+    assert "future" not in err
+    with EttStore(url) as store:
+        ended = [store.job_summary(r.job, now=began) for r in store.list_runs()]
+    assert len(ended) == 6
+    assert all(not s.provisional and s.ended_at <= began for s in ended)
+
+
+def test_a_fleet_ending_after_now_says_so(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    today = day_of(time.time(), "UTC")
+    assert main(simulate(url, "--tz", "UTC", "--start", today.isoformat(), days=1,
+                         jobs=2)) == 0
+    assert "some synthetic events lie in the future" in capsys.readouterr().err
 
 
 def test_same_seed_in_another_zone_is_refused_before_writing(

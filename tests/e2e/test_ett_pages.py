@@ -160,7 +160,7 @@ def test_the_pages_serve_their_assets(site: Site, tokens: dict[str, str]) -> Non
 
     status, page = site.get("/ett/", tokens["admin"], headers=HTML)
     assert status == 200 and 'id="fleet-ett"' in page
-    for asset in (PLOTLY_JS_NAME, "ett.js", "ett.css", "ett-icon.svg"):
+    for asset in (PLOTLY_JS_NAME, "ett-charts.js", "ett.js", "ett.css", "ett-icon.svg"):
         assert f'"/ett/static/{asset}"' in page, asset
         status, _ = site.get(f"/ett/static/{asset}", tokens["admin"], headers={"Accept": "*/*"})
         assert status == 200, asset

@@ -7,9 +7,15 @@ log in through Airflow's own login page; open the "ETT" entry of Airflow's navig
 check, inside the UI's iframe, that the fleet page shows the store's figures, that its four
 charts are drawn and that it took the UI's theme; open the run's page in Airflow, its
 "ETT breakdown" tab, and check the run's figures against `airflow_ett.plugin.web.data`
-computed from the same store at the page's own `now`. Then switch the UI's theme under a
-loaded page and see the page follow. No request may leave 127.0.0.1, no console error,
-CSP report or dialog may come from the ETT pages.
+computed from the same store at the page's own `now`. Resize the window, smaller and
+larger, with the pages in the UI's iframe and alone: every chart keeps its plot's height
+and stays off the tables (tests/browser.py `check_resizes`). Then switch the UI's theme
+under a loaded page and see the page follow. No request may leave 127.0.0.1, no console
+error, CSP report or dialog may come from the ETT pages.
+
+Then, as a person who is not signed in: a link to a run page gives the "Not signed in"
+page, whose sign-in (Airflow's own) brings them back to that page. Last, the running
+job's tab, open in the UI, shows the job's end when the store gets it, without a reload.
 
 Screenshots (look at them): `$ETT_TEST_ARTIFACTS/pages/` (default tests/artifacts/pages/):
 ui-fleet-<scheme>.png and ui-run-<scheme>.png (the Airflow UI with the page in its iframe),
@@ -27,7 +33,7 @@ import pytest
 from airflow_ett.plugin.web import data
 from airflow_ett.report import html as report
 from airflow_ett.store import EttStore
-from tests.browser import FLAGS, artifacts_dir, chromium
+from tests.browser import FLAGS, artifacts_dir, check_resizes, chromium, wait_drawn
 from tests.plugin.web import fleet as F
 from tests.plugin.web.site import Site, ett_site, quote
 
@@ -173,6 +179,8 @@ def _one_scheme(browser: Any, site: Site, scheme: str, out: Path) -> None:
         _check_fleet(frame, site)
         assert _theme(frame) == scheme
         page.screenshot(path=str(out / f"ui-fleet-{scheme}.png"))
+        check_resizes(page, frame, f"the fleet page in the UI ({scheme})")
+        page.screenshot(path=str(out / f"ui-fleet-{scheme}-resized.png"))
 
         # The run's page in Airflow, its "ETT breakdown" tab.
         page.goto(f"{site.url}/dags/{F.DAG_A}/runs/{quote(site.run_id)}")
@@ -182,6 +190,7 @@ def _one_scheme(browser: Any, site: Site, scheme: str, out: Path) -> None:
         _check_run(frame, site)
         assert _theme(frame) == scheme
         page.screenshot(path=str(out / f"ui-run-{scheme}.png"))
+        check_resizes(page, frame, f"the run tab in the UI ({scheme})")
 
         # The UI switches theme (next-themes swaps the class on its <html>): the page follows.
         other = "dark" if scheme == "light" else "light"
@@ -196,11 +205,93 @@ def _one_scheme(browser: Any, site: Site, scheme: str, out: Path) -> None:
         for name, path in (("ett-fleet", "/ett/"),
                            ("ett-run", f"/ett/runs/{F.DAG_A}/{quote(site.run_id)}")):
             page.goto(site.url + path)
-            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length"
-                                   " === document.querySelectorAll('[data-figure]').length",
-                                   timeout=WAIT_MS)
-            page.wait_for_timeout(300)  # plotly's last (responsive) redraw
+            wait_drawn(page, WAIT_MS)
             page.screenshot(path=str(out / f"{name}-{scheme}.png"), full_page=True)
+            check_resizes(page, page, f"{path} alone ({scheme})")
     finally:
         context.close()
+    watch.check()
+
+
+def test_signing_in_from_the_not_signed_in_page_comes_back(site: Site) -> None:
+    """A person given a link to a run's page, not signed in: the page says so, in the
+    pages' style; its sign-in is Airflow's login, and after it they are on that page."""
+    executable = chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+    out = artifacts_dir("pages")
+    path = f"/ett/runs/{F.DAG_A}/{quote(site.run_id)}"
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                      service_workers="block")
+        page = context.new_page()
+        watch = Watch(context, page)
+        try:
+            response = page.goto(site.url + path)
+            assert response is not None and response.status == 401
+            assert page.locator("h1").inner_text() == "Not signed in"
+            assert page.evaluate("() => getComputedStyle(document.querySelector('.error'))"
+                                 ".borderTopStyle") == "solid"  # the pages' style
+            page.screenshot(path=str(out / "not-signed-in.png"))
+            page.locator("#sign-in").click()
+            page.wait_for_selector("input[name=username]", timeout=WAIT_MS)
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", site.password("admin"))
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_selector("#run-ett", timeout=WAIT_MS)  # back on the run's page
+            assert page.url == site.url + path
+            wait_drawn(page, WAIT_MS)
+        finally:
+            context.close()
+            browser.close()
+    # the browser logs the page's own 401; the page loads nothing else that would fail
+    # (everything under /ett needs a login)
+    watch.errors = [e for e in watch.errors if not e.startswith(
+        f"{site.url}{path}: Failed to load resource: the server responded with a status "
+        "of 401")]
+    watch.check()
+
+
+def test_a_running_runs_tab_shows_its_end_without_a_reload(site: Site) -> None:
+    """The still-running job's "ETT breakdown" tab, open in the UI: the store gets the rest
+    of the job's events (it ends), and the tab shows it, the UI not reloaded."""
+    import dataclasses
+
+    from airflow_ett.ett.synthetic import simulate
+
+    executable = chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+    out = artifacts_dir("pages")
+    running = next(s for s in F.specs(site.fleet.lo1, site.fleet.now, site.run_id)
+                   if s.run_id == site.run_id)
+    assert running.running_until_step is not None
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        context = browser.new_context(viewport={"width": 1440, "height": 1000},
+                                      service_workers="block")
+        page = context.new_page()
+        watch = Watch(context, page)
+        try:
+            _login(page, site, "admin")
+            page.goto(f"{site.url}/dags/{F.DAG_A}/runs/{quote(site.run_id)}")
+            page.get_by_role("link", name="ETT breakdown").click()
+            page.wait_for_url("**/plugin/ett_breakdown**", timeout=WAIT_MS)
+            frame = _ett_frame(page, "run-ett")
+            assert frame.locator("#provisional").count() == 1
+            page.evaluate("() => { window.__notReloaded = true; }")
+            with EttStore(site.store_url) as store:
+                store.insert_events(simulate(dataclasses.replace(running,
+                                                                 running_until_step=None)))
+            frame.wait_for_selector("#provisional", state="detached", timeout=WAIT_MS)
+            assert page.evaluate("() => window.__notReloaded === true")
+            assert frame.locator("header[data-refresh-s]").count() == 0
+            wait_drawn(frame, WAIT_MS)
+            page.screenshot(path=str(out / "ui-run-ended.png"))
+        finally:
+            context.close()
+            browser.close()
     watch.check()

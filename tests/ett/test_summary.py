@@ -36,7 +36,7 @@ TOP_KEYS = [
 FAILURE_KEYS = ["attempt", "cause", "at", "during_tts", "ttr_s", "detection_s",
                 "ttr_from_detection_s", "stages", "phases"]
 ATTEMPT_KEYS = ["attempt", "start", "end", "status", "cause", "exit_code", "inferred",
-                "effective_s"]
+                "effective_s", "message"]
 RATES_KEYS = ["attempts", "attempts_without_preemption", "failures_per_attempt",
               "failures_per_attempt_without_preemption"]
 CHECKPOINT_KEYS = ["saves", "final_saves", "blocking_s", "total_s", "bytes"]

@@ -6,8 +6,11 @@ across midnight still running, a tenant named `<script>alert(1)</script>`) is wr
 `write_html_report` and opened from file://, in the light and the dark colour scheme:
 every chart must be drawn by plotly.js with the traces its spec has, nothing may be
 requested outside file://, no console error nor dialog may appear, and the injected
-tenant must show as text. Full-page screenshots are kept as test artifacts in
-`$ETT_TEST_ARTIFACTS/report/` (default `tests/artifacts/report/`): look at them.
+tenant must show as text. Then the window is resized, smaller and larger, and every chart
+must keep its plot's height and stay off the tables (tests/browser.py `check_resizes`);
+and a fleet of 8, 12 and 20 tenants must leave the trend chart the plot its spec gives
+it, however many rows its legend takes. Full-page screenshots are kept as test artifacts
+in `$ETT_TEST_ARTIFACTS/report/` (default `tests/artifacts/report/`): look at them.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from airflow_ett.ett.synthetic import JobSpec, simulate
 from airflow_ett.report import html as report
-from tests.browser import FLAGS, artifacts_dir, chromium
-from tests.report import EVIL, small_fleet
+from airflow_ett.rollup import day_window
+from tests.browser import FLAGS, artifacts_dir, check_resizes, chromium, wait_drawn
+from tests.report import EVIL, FLEET_DAYS, rollup, small_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -109,7 +114,7 @@ def _open(browser: Any, index: Path, scheme: str, screenshot: Path) -> list[dict
         page.wait_for_function(
             f"document.querySelectorAll('.js-plotly-plot').length === {expected}"
             " || document.querySelector('[data-error]') !== null", timeout=30_000)
-        page.wait_for_timeout(300)  # let plotly's last redraw (responsive) settle
+        wait_drawn(page)
         charts: list[dict[str, Any]] = page.evaluate(_CHARTS_JS)
         # The tables show the injected tenant as text, and it created no element.
         assert page.get_by_text(EVIL, exact=True).count() >= 1
@@ -118,6 +123,9 @@ def _open(browser: Any, index: Path, scheme: str, screenshot: Path) -> list[dict
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert background == ("rgb(13, 17, 23)" if scheme == "dark" else "rgb(255, 255, 255)")
         page.screenshot(path=str(screenshot), full_page=True)
+        check_resizes(page, page, f"the report ({scheme})")
+        page.screenshot(path=str(screenshot.with_name(f"{screenshot.stem}-resized.png")),
+                        full_page=True)
     finally:
         context.close()
     assert not errors, f"console errors ({scheme}): {errors}"
@@ -125,3 +133,56 @@ def _open(browser: Any, index: Path, scheme: str, screenshot: Path) -> list[dict
     assert not dialogs, f"a dialog opened ({scheme}): injected script ran: {dialogs}"
     assert screenshot.stat().st_size > 50_000
     return charts
+
+
+def _tenants_fleet(n: int) -> list[report.DayRollup]:
+    """Two days of `n` tenants with names as long as real ones, a short job each."""
+    days = []
+    for k, day in enumerate(FLEET_DAYS[:2]):
+        window = day_window(day, "UTC")
+        attributions = []
+        for i in range(n):
+            spec = JobSpec(job=f"t{n}-{k}-{i}", tenant=f"tenant-{i:02d}-recommendations-team",
+                           dag_id=None, submit_ts=window.lo + 3600 + 60 * i, steps=40 + i,
+                           world_size=8)
+            from airflow_ett.ett.attribution import attribute_job
+
+            attributions.append(attribute_job(simulate(spec)))
+        days.append(rollup(window, attributions))
+    return days
+
+
+@pytest.mark.parametrize("tenants", [8, 12, 20])
+def test_many_tenants_leave_the_trend_its_plot(tenants: int) -> None:
+    """The trend chart's legend (the fleet, the SLO and the largest tenants) wraps into
+    rows; the chart grows by them, so its plot keeps the height its spec gives it, at a
+    wide window and at a narrow one."""
+    executable = chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+    days = _tenants_fleet(tenants)
+    assert len(days[-1].tenants) == tenants
+    out = artifacts_dir("report")
+    index = report.write_html_report(out / f"tenants-{tenants}", days, title="tenants")
+    spec = report.trend_figure(days)["layout"]
+    wanted = spec["height"] - spec["margin"]["t"] - spec["margin"]["b"]
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(index.as_uri(), wait_until="load")
+            for width in (1280, 620):
+                page.set_viewport_size({"width": width, "height": 900})
+                trend = next(c for c in wait_drawn(page) if c["key"] == "ett_trend")
+                assert trend["plotHeight"] >= wanted - 1, (tenants, width, trend)
+                assert trend["plotWidth"] > 0.6 * trend["right"] - 0.6 * trend["left"]
+                legend = page.evaluate(
+                    "() => { const l = document.querySelector('#chart-ett_trend .legend')"
+                    ".getBoundingClientRect(); return {top: l.top + scrollY, "
+                    "bottom: l.bottom + scrollY}; }")
+                assert legend["bottom"] <= trend["bottom"] + 0.5, (tenants, width)
+                page.screenshot(path=str(out / f"tenants-{tenants}-{width}.png"),
+                                full_page=True)
+        finally:
+            browser.close()

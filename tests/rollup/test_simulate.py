@@ -1,6 +1,7 @@
 """The synthetic fleet (`airflow_ett/rollup/simulate.py`): deterministic by seed, marked
-synthetic, every tenant and failure cause present, jobs across midnight, only the last
-day's jobs still running, and every job's events attributing cleanly."""
+synthetic, every tenant and failure cause present, jobs across midnight, every job of
+every day written to its end (none left running for ever), and every job's events
+attributing cleanly."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from functools import cache
 import pytest
 
 from airflow_ett.ett.attribution import JobAttribution, attribute_job
-from airflow_ett.ett.events import Event, JobSubmitted
+from airflow_ett.ett.events import Event, JobEnded, JobSubmitted
 from airflow_ett.ett.synthetic import JobSpec, iter_simulate
 from airflow_ett.rollup import day_of, day_window
 from airflow_ett.rollup.simulate import (
@@ -24,7 +25,9 @@ from airflow_ett.rollup.simulate import (
     Model,
     SimulationError,
     Tenant,
+    default_start,
     e2e_bound,
+    fleet_end,
     fleet_horizon,
     fleet_job,
     fleet_specs,
@@ -38,7 +41,7 @@ DAYS, JOBS, SEED = 3, 400, 11
 @cache
 def sample() -> tuple[tuple[JobSpec, tuple[Event, ...], JobAttribution], ...]:
     """A 3-day fleet of 400 jobs a day, each job with its events and attribution (at the
-    horizon, as a rollup run right after the last day would see it)."""
+    end of the last day, as a rollup run right after it would see them)."""
     horizon = fleet_horizon(START, DAYS, TZ).hi
     out = []
     for spec in fleet_specs(DAYS, JOBS, SEED, START, TZ):
@@ -64,17 +67,6 @@ def test_a_job_does_not_depend_on_the_jobs_per_day_or_days() -> None:
     big = list(fleet_specs(3, 50, 5, START, "UTC"))
     assert small == big[:10]
     assert fleet_job(5, START, "UTC", 3) == big[3]
-
-
-def test_a_cut_job_is_a_prefix_of_the_whole_one() -> None:
-    """The last day's running jobs are the start of what a later horizon would store, so
-    a rerun of a later fleet adds their events without contradicting the stored ones."""
-    running = [(s, ev) for s, ev, _ in sample() if s.running_until_step is not None]
-    assert running
-    for spec, events in running[:50]:
-        whole = list(iter_simulate(dataclasses.replace(spec, running_until_step=None)))
-        assert list(events) == whole[:len(events)]
-        assert len(events) < len(whole)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -125,8 +117,7 @@ def test_the_fleet_has_every_tenant_cause_and_size() -> None:
     models = {(s.tenant, s.model) for s in specs}
     assert len(models) == sum(len(t.models) for t in TENANTS)
     # A preempted job resumes: its attribution counts the preemption and a recovery.
-    preempted = [a for s, _, a in sample() if s.running_until_step is None
-                 and any(f.cause == "preemption" for f in s.failures)]
+    preempted = [a for s, _, a in sample() if any(f.cause == "preemption" for f in s.failures)]
     assert preempted
     for a in preempted:
         assert any(f.cause == "preemption" for f in a.failures)
@@ -134,16 +125,16 @@ def test_the_fleet_has_every_tenant_cause_and_size() -> None:
 
 
 def test_jobs_are_hours_long_and_about_a_hundred_events() -> None:
-    e2e_h = [a.e2e_us / 3.6e9 for s, _, a in sample() if s.running_until_step is None]
+    e2e_h = [a.e2e_us / 3.6e9 for _, _, a in sample()]
     assert 1.0 < statistics.median(e2e_h) < 8.0
     assert max(e2e_h) * 3600 < MAX_E2E_S
-    per_job = statistics.mean(len(ev) for s, ev, _ in sample() if s.running_until_step is None)
+    per_job = statistics.mean(len(ev) for _, ev, _ in sample())
     assert 70 <= per_job <= 130  # what makes 20,000 jobs about 2M events
 
 
 def test_the_e2e_bound_holds_and_stays_under_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What keeps running jobs on the last day: every job ends within its bound, and the
-    bound is under `MAX_E2E_S`, even for a tenant of 16-hour jobs on 256 preemptible GPUs
+    """What makes `fleet_end` a bound: every job ends within its bound, and the bound is
+    under `MAX_E2E_S`, even for a tenant of 16-hour jobs on 256 preemptible GPUs
     whose failures push it over (its steps are cut, then failures dropped)."""
     from airflow_ett.rollup import simulate
 
@@ -182,21 +173,35 @@ def test_some_jobs_span_midnight_in_the_zone() -> None:
         assert window.lo <= spec.submit_ts < window.hi
 
 
-def test_only_the_last_day_has_running_jobs_and_nothing_is_later_than_its_end() -> None:
+def test_every_job_of_every_day_ends_by_the_fleets_end() -> None:
+    """No job is left running: each one's events end with the job's end, so a store of the
+    fleet has no job whose E2E grows with the clock; the last day's jobs, running past
+    its end as late jobs do, end by `fleet_end`; every day has all its jobs."""
     last = fleet_horizon(START, DAYS, TZ)
-    running = 0
+    past_the_last_day = 0
     for spec, events, attribution in sample():
-        assert max(e.ts for e in events) <= last.hi
-        cut = spec.running_until_step is not None
-        assert attribution.provisional == cut, spec.job
-        if cut:
-            running += 1
-            assert day_of(spec.submit_ts, TZ) == last.day
-    assert running > JOBS // 20
-    # The last day keeps every job it can: only ones not stepping by the horizon go.
-    last_day = [s for s, _, _ in sample() if s.job.startswith(f"sim-{SEED}-{last.iso}")]
-    assert JOBS * 0.9 < len(last_day) <= JOBS
-    assert len(sample()) - len(last_day) == JOBS * (DAYS - 1)
+        assert spec.running_until_step is None
+        assert isinstance(events[-1], JobEnded), spec.job
+        assert not attribution.provisional, spec.job
+        assert max(e.ts for e in events) <= fleet_end(START, DAYS, TZ)
+        past_the_last_day += max(e.ts for e in events) > last.hi
+    assert past_the_last_day > JOBS // 20  # the last day's late jobs run on into the next
+    assert len(sample()) == JOBS * DAYS
+    for i in range(DAYS):
+        day = (START + dt.timedelta(days=i)).isoformat()
+        assert sum(s.job.startswith(f"sim-{SEED}-{day}") for s, _, _ in sample()) == JOBS
+
+
+@pytest.mark.parametrize("tz", ["UTC", "America/Los_Angeles", "Asia/Kolkata"])
+def test_the_default_fleet_has_ended_by_now(tz: str) -> None:
+    """The default last day is the latest whose jobs have all ended by now: nothing the
+    fleet writes lies in the future, and a later day would."""
+    for hour in range(0, 24, 5):
+        now = day_window(dt.date(2026, 11, 28), tz).lo + hour * 3600 + 1234.5
+        start = default_start(3, now, tz)
+        assert fleet_end(start, 3, tz) <= now
+        assert fleet_end(start + dt.timedelta(days=1), 3, tz) > now
+        assert fleet_horizon(start, 3, tz).day < day_of(now, tz)
 
 
 def test_every_job_attributes_without_warnings() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
 import sqlalchemy as sa
 
@@ -153,3 +154,29 @@ def test_real_summary_of_a_running_job_is_provisional(store: EttStore) -> None:
     assert result["provisional"] is True
     later = store.summary("live", now=evs[-1].ts + 120)
     assert later["e2e_s"] == pytest.approx(result["e2e_s"] + 60)
+
+
+def test_a_summary_cached_before_attempts_had_messages_is_computed_again(
+        store: EttStore) -> None:
+    """A finished job's summary cached by an older version, whose attempt rows have no
+    `message`, is computed again from the events: `runs show` then says what the
+    attempts' ends said (a preemption's reason, here a success's note)."""
+    from airflow_ett.ett.events import AttemptEnded
+
+    evs = job_events("old")
+    end = next(e for e in evs if isinstance(e, AttemptEnded))
+    evs[evs.index(end)] = msgspec.structs.replace(end, message="done: 50 steps")
+    store.insert_events(evs)
+    fresh = store.summary("old")
+    assert fresh["attempts"][0]["message"] == "done: 50 steps"
+    older = json.loads(json.dumps(fresh))
+    for row in older["attempts"]:
+        del row["message"]
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(summaries).where(summaries.c.job == "old")
+                     .values(payload=json.dumps(older)))
+    assert store.summary("old") == fresh
+    with store.engine.connect() as conn:
+        cached = json.loads(conn.scalar(sa.select(summaries.c.payload)
+                                        .where(summaries.c.job == "old")))
+    assert cached == fresh  # and the cache holds the new form again

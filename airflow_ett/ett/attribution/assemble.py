@@ -69,4 +69,4 @@ def _attempt_row(timeline: Timeline, a: ClosedAttempt) -> AttemptRow:
     effective = timeline.totals(a.start, a.end).get(EFFECTIVE_LABEL, 0)
     return AttemptRow(attempt=a.id, start=to_s(a.start), end=to_s(a.end),
                       status=a.status or "running", cause=a.cause, exit_code=a.exit_code,
-                      inferred=a.inferred, effective_s=to_s(effective))
+                      inferred=a.inferred, effective_s=to_s(effective), message=a.message)

@@ -27,6 +27,7 @@ class ClosedAttempt:
     exit_code: int | None
     inferred: bool  # its end or status was inferred, not reported
     spans: Sequence[Span]
+    message: str | None = None  # its reported end's message (a failure's reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,4 +68,4 @@ def _close(a: AttemptReport, nxt: int | None, window: JobWindow,
         warnings.append(f"attempt {a.id!r} overlaps the next one: cut at its start")
     end = min(end, limit)
     return ClosedAttempt(a.id, start, max(end, start), status, cause, a.detected, a.exit_code,
-                         inferred, a.spans)
+                         inferred, a.spans, a.message)

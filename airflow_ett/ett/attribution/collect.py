@@ -53,6 +53,7 @@ class AttemptReport:
     detected: int | None
     exit_code: int | None
     spans: Sequence[Span]  # sorted
+    message: str | None = None  # that end's message (a failure's reason), as sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class _Attempt:
             detected=None if e is None or e.detected_ts is None else to_us(e.detected_ts),
             exit_code=None if e is None else e.exit_code,
             spans=self.spans,
+            message=None if e is None else e.message,
         )
 
 

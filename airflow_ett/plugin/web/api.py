@@ -62,7 +62,7 @@ def get_fleet(store: StoreDep, scope: DagScopeDep, today: TodayDep,
     return data.fleet(store, lo, hi, scope, figures=figures)
 
 
-@router.get("/runs/{dag_id}/{run_id}", dependencies=[Depends(run_access)],
+@router.get("/runs/{dag_id}/{run_id:path}", dependencies=[Depends(run_access)],
             summary="One DAG run's ETT breakdown")
 def get_run(dag_id: str, run_id: str, store: StoreDep, now: NowDep,
             figures: FiguresQuery = False, job: JobQuery = None) -> models.Run:

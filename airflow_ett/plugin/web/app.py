@@ -14,13 +14,14 @@ triggerer or a worker. Routes:
 Every one of them requires a signed-in user: `access.signed_in` (Airflow's `get_user`) is a
 dependency of the app itself, and FastAPI's own schema and docs routes, which would not
 carry it, are switched off and replaced by a route that does. Errors are JSON for API
-clients and a small page for a browser (Accept: text/html), with the same status.
+clients and a small page for a browser (Accept: text/html), with the same status; a bad
+parameter is one line naming it and its value (never pydantic's list of errors).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -34,7 +35,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_ett import __version__
 from airflow_ett.plugin.web import api, pages
 from airflow_ett.plugin.web.access import signed_in
-from airflow_ett.report.html import PLOTLY_JS_NAME, plotly_js_path
+from airflow_ett.report.html import (
+    CHARTS_JS_NAME,
+    PLOTLY_JS_NAME,
+    charts_js_path,
+    plotly_js_path,
+)
 from airflow_ett.settings import SettingsError
 from airflow_ett.store import StoreError
 
@@ -56,6 +62,7 @@ def _static(name: str) -> Path:
 #: The only files `/static/` serves: name -> (path, media type, Cache-Control).
 STATIC: Final[dict[str, tuple[Path, str, str]]] = {
     PLOTLY_JS_NAME: (plotly_js_path(), "text/javascript", _YEAR),
+    CHARTS_JS_NAME: (charts_js_path(), "text/javascript", _HOUR),
     "ett.js": (_static("ett.js"), "text/javascript", _HOUR),
     "ett.css": (_static("ett.css"), "text/css", _HOUR),
     "ett-icon.svg": (_static("ett-icon.svg"), "image/svg+xml", _HOUR),
@@ -68,11 +75,30 @@ def _wants_html(request: Request) -> bool:
             and "/api/" not in request.url.path)
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def invalid_parameters(errors: Sequence[Mapping[str, Any]]) -> str:
+    """FastAPI's validation errors as one line naming each parameter and its value:
+    `from: 'yesterday' is not a day YYYY-MM-DD (input should be ...)`."""
+    out = []
+    for error in errors:
+        loc = [str(x) for x in error.get("loc", ()) if x not in ("query", "path", "body")]
+        name = ".".join(loc) or "request"
+        why = str(error.get("msg", "invalid")).rstrip(".")
+        what = " is not a day YYYY-MM-DD" if name in ("from", "to") else " is not valid"
+        value = f" {_short(error['input'])}" if "input" in error else ""
+        out.append(f"{name}:{value}{what} ({why[:1].lower()}{why[1:]})")
+    return "; ".join(out) or "the request's parameters are not valid"
+
+
 def error_response(request: Request, status: int, detail: Any,
                    headers: Mapping[str, str] | None = None) -> Response:
     if _wants_html(request):
-        return pages.render(request, "error.html.j2", status_code=status, status=status,
-                            detail=detail if isinstance(detail, str) else str(detail))
+        return pages.render_error(request, status,
+                                  detail if isinstance(detail, str) else str(detail))
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
@@ -83,8 +109,7 @@ def _install_errors(app: FastAPI) -> None:
 
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return error_response(request, 422, [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()])
+        return error_response(request, 422, invalid_parameters(exc.errors()))
 
     async def store_error(request: Request, exc: Exception) -> Response:
         log.warning("ETT pages: the ETT store cannot be read: %s", exc)

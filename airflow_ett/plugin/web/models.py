@@ -165,6 +165,8 @@ class Attempt(_Model):
     exit_code: int | None
     inferred: bool
     effective_s: float
+    message: str | None = Field(None, description="what the attempt's end said: a "
+                                                 "failure's message, a preemption's reason")
 
 
 class Failure(_Model):

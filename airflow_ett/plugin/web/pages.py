@@ -18,8 +18,9 @@ import copy
 import datetime as dt
 import functools
 import json
-from typing import Any
-from urllib.parse import quote
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Depends, Request
@@ -34,6 +35,10 @@ from airflow_ett.report import formatting as fmt
 from airflow_ett.report import html as report
 
 router = APIRouter(include_in_schema=False)
+
+#: How often a running job's page fetches itself again (static/ett.js): its figures move
+#: with the clock, and a new attempt or failure shows within this long.
+REFRESH_S: Final = 10
 
 
 def script_json(value: object) -> Markup:
@@ -75,6 +80,7 @@ def page_context(request: Request) -> dict[str, Any]:
     """What every page needs: where it lives, where Airflow's UI is, the chart themes."""
     root = str(request.url_for("fleet_page").path).rstrip("/")
     return {"root": root, "airflow": views.base_path(), "plotly_js": report.PLOTLY_JS_NAME,
+            "charts_js": report.CHARTS_JS_NAME,
             "themes_json": script_json(report.THEMES),
             "config_json": script_json(report.PLOTLY_CONFIG)}
 
@@ -83,6 +89,54 @@ def render(request: Request, template: str, status_code: int = 200,
            **context: Any) -> HTMLResponse:
     body = environment().get_template(template).render(**page_context(request), **context)
     return HTMLResponse(body, status_code=status_code)
+
+
+@functools.cache
+def _stylesheet() -> Markup:
+    """`static/ett.css`, for a page that cannot load it (a user not signed in: every
+    route, `/static/` too, needs a login). The CSP allows inline styles (plotly's own)."""
+    path = resources.files("airflow_ett.plugin.web") / "static" / "ett.css"
+    return Markup(path.read_text(encoding="utf-8").replace("</", "<\\/"))
+
+
+def _same_origin_path(url: str, request: Request) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.netloc != request.headers.get("host"):
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def came_from(request: Request) -> str:
+    """Where a sign-in should bring the user back to, as a path on this site: the Airflow
+    UI's page when this one is its iframe (the browser says `Sec-Fetch-Dest: iframe`, and
+    the UI's page is the referrer), else this page itself, as the browser asked for it
+    (the raw path: a run id's `%2F` stays one)."""
+    referrer = request.headers.get("referer")
+    if request.headers.get("sec-fetch-dest") == "iframe" and referrer:
+        framed = _same_origin_path(referrer, request)
+        if framed is not None:
+            return framed
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else quote(request.url.path)
+    query = request.url.query
+    return path + (f"?{query}" if query else "")
+
+
+def sign_in_url(request: Request) -> str:
+    """Airflow's own login, coming back to `came_from`: `/api/v2/auth/login?next=...`,
+    the route Airflow 3's UI sends a signed-out user to; it hands `next` to the configured
+    auth manager's login page and refuses one that is not on this site."""
+    return f"{views.base_path()}/api/v2/auth/login?{urlencode({'next': came_from(request)})}"
+
+
+def render_error(request: Request, status: int, detail: str) -> HTMLResponse:
+    """The error page. Not signed in (401), the page links nothing it would need a login
+    for: its style is inline, it runs no script, and it links to Airflow's sign-in."""
+    if status == 401:
+        return render(request, "error.html.j2", status_code=status, status=status,
+                      detail=detail, inline_css=_stylesheet(),
+                      sign_in=sign_in_url(request))
+    return render(request, "error.html.j2", status_code=status, status=status, detail=detail)
 
 
 @router.get("/", name="fleet_page", dependencies=[Depends(fleet_access)])
@@ -98,7 +152,7 @@ def fleet_page(request: Request, store: StoreDep, scope: DagScopeDep, today: Tod
                                 for k, v in (fleet.figures or {}).items()})
 
 
-@router.get("/runs/{dag_id}/{run_id}", name="run_page", dependencies=[Depends(run_access)])
+@router.get("/runs/{dag_id}/{run_id:path}", name="run_page", dependencies=[Depends(run_access)])
 def run_page(request: Request, dag_id: str, run_id: str, store: StoreDep,
              now: NowDep, job: JobQuery = None) -> HTMLResponse:
     found = run_or_404(store, dag_id, run_id, now, figures=True, job=job)
@@ -109,4 +163,5 @@ def run_page(request: Request, dag_id: str, run_id: str, store: StoreDep,
         layout = spec.get("layout", {})
         layout.get("title", {})["text"] = ""
         layout.setdefault("margin", {})["t"] = 40  # room for the legend above the plot
-    return render(request, "run.html.j2", run=found, figures_json=script_json(figures))
+    return render(request, "run.html.j2", run=found, figures_json=script_json(figures),
+                  refresh_s=REFRESH_S)

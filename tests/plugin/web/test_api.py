@@ -61,8 +61,8 @@ def test_bad_days_are_422(client: Client) -> None:
     assert reversed_.json() == {"detail": "to: 2026-11-01 is before from: 2026-11-28"}
     assert c.get("/api/v1/fleet?from=2026-01-01&to=2026-12-31").status_code == 422
     malformed = c.get("/api/v1/fleet?from=yesterday")
-    assert malformed.status_code == 422 and malformed.json()["detail"][0]["loc"] == [
-        "query", "from"]
+    assert malformed.status_code == 422
+    assert malformed.json()["detail"].startswith("from: 'yesterday' is not a day YYYY-MM-DD")
 
 
 def test_an_empty_store(empty_store: EttStore) -> None:
