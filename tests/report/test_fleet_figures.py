@@ -82,4 +82,7 @@ def test_a_day_with_no_job_is_a_gap_in_the_html_report() -> None:
     assert trend[1] is None and trend[0] is not None and trend[2] is not None
     shares = report.shares_figure([before, empty, issue])["data"]
     assert all(t["y"][1] is None for t in shares)
-    assert "BREACH" not in page.split('id="components"', 1)[1].split("</section>", 1)[0]
+    components = page.split('id="components"', 1)[1].split("</section>", 1)[0]
+    assert "BREACH" not in components
+    shares = re.findall(r'<td class="num">([^<]*)</td>', components)[::2]  # share, GPU-h
+    assert len(shares) == len(COMPONENTS) and set(shares) == {"-"}  # not "0.0%"
