@@ -176,3 +176,12 @@ def test_0003_reweighs_stored_days_by_gpu_time(fresh_url: str, store_url: str) -
         if key == ("2026-11-30",):  # the empty day's zero what-ifs are not made again
             payload = {**payload, "what_if": []}
         assert down[key] == (ett, payload), key
+
+
+def test_a_store_not_upgraded_to_0003_says_to_upgrade(fresh_url: str) -> None:
+    """A day with no job stores a NULL ETT%, which a store at 0002 refuses: one line that
+    says to run `db upgrade`, not the driver's constraint error alone."""
+    upgrade(fresh_url, "0002")
+    window = day_window(dt.date(2026, 11, 30), "UTC")
+    with EttStore(fresh_url) as store, pytest.raises(StoreError, match="db upgrade"):
+        store.daily.compute_day(window, v1_days.components(), now=window.hi + 60)
