@@ -105,7 +105,8 @@ def rollup_command(args: argparse.Namespace) -> int:
         note = "   provisional" if r.provisional else ""
         if r.silent_jobs:
             note += f"   {r.silent_jobs} silent job(s) cut"
-        print(f"{r.day} ({r.tz}): fleet ETT% {r.fleet.ett_pct:.1f}   jobs {r.fleet.jobs}   "
+        ett = "none" if r.fleet.ett_pct is None else f"{r.fleet.ett_pct:.1f}"
+        print(f"{r.day} ({r.tz}): fleet ETT% {ett}   jobs {r.fleet.jobs}   "
               f"GPU-h {r.fleet.gpu_hours:,.2f}   lost {r.fleet.gpu_hours_lost:,.2f}{note}")
     sys.stdout.flush()
     return 0

@@ -1,8 +1,10 @@
 """ETT figures out through Airflow's own metrics, so existing dashboards can show them.
 
-Per finished job: ETT%, E2E, effective time, TTS, each TTR, NoF by cause and CSBT, tagged
-with the DAG, tenant and model; per process: the emitter's counters (events sent,
-spooled, dropped, ...). Names, kinds and units are in docs/metrics.md.
+Per finished job: ETT%, E2E, effective time (also in GPU-time: times the job's GPUs, so
+that a dashboard's fleet ETT% weighs GPU time as the rollup's does, decision 0010), TTS,
+each TTR, NoF by cause and CSBT, tagged with the DAG, tenant and model; per process: the
+emitter's counters (events sent, spooled, dropped, ...). Names, kinds and units are in
+docs/metrics.md.
 
 Why through Airflow's `Stats` and not a client of our own: the deployment has already
 said where metrics go (`[metrics] statsd_on`, `statsd_datadog_enabled`, `otel_on`, their
@@ -110,6 +112,9 @@ def job_metrics(summary: JobSummary) -> list[Metric]:
         m("ett_pct", "gauge", summary.ett_pct),
         m("e2e", "timing", _ms(summary.e2e_s)),
         m("effective", "timing", _ms(summary.effective_s)),
+        # GPU-ms: sum(gpu_effective) / sum(gpu_e2e) is the fleet's ETT% by GPU time
+        m("gpu_e2e", "timing", _ms(summary.e2e_s) * summary.world_size),
+        m("gpu_effective", "timing", _ms(summary.effective_s) * summary.world_size),
     ]
     if summary.started:
         out.append(m("tts", "timing", _ms(summary.tts_s)))

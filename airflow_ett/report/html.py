@@ -164,10 +164,6 @@ def _sorted_days(days: Sequence[DayRollup]) -> list[DayRollup]:
     return ordered
 
 
-def _has_time(day: DayRollup) -> bool:
-    return day.fleet.e2e_s > 0
-
-
 def _ett_slo(day: DayRollup) -> float | None:
     for row in day.slo:
         if row.component == EFFECTIVE:
@@ -182,7 +178,7 @@ def trend_figure(days: Sequence[DayRollup]) -> dict[str, Any]:
     ordered = _sorted_days(days)
     x = [d.day for d in ordered]
     traces = [go.Scatter(
-        x=x, y=[d.fleet.ett_pct if _has_time(d) else None for d in ordered],
+        x=x, y=[d.fleet.ett_pct for d in ordered],
         name="fleet", mode="lines+markers", line={"color": COMPONENT_COLOURS[EFFECTIVE],
                                                   "width": 3},
         hovertemplate="%{x}: fleet ETT% %{y:.1f}<extra></extra>")]
@@ -194,8 +190,7 @@ def trend_figure(days: Sequence[DayRollup]) -> dict[str, Any]:
     last = ordered[-1]
     biggest = sorted(last.tenants, key=lambda t: (-last.tenants[t].gpu_hours, t))
     for i, tenant in enumerate(biggest[:TREND_TENANTS]):
-        ys = [d.tenants[tenant].ett_pct if tenant in d.tenants
-              and d.tenants[tenant].e2e_s > 0 else None for d in ordered]
+        ys = [d.tenants[tenant].ett_pct if tenant in d.tenants else None for d in ordered]
         name = _chart_text(tenant)
         traces.append(go.Scatter(
             x=x, y=ys, name=name, mode="lines+markers", visible="legendonly",
@@ -207,18 +202,19 @@ def trend_figure(days: Sequence[DayRollup]) -> dict[str, Any]:
 
 
 def shares_figure(days: Sequence[DayRollup]) -> dict[str, Any]:
-    """The six Level-2 shares of the fleet's E2E, stacked by day. Effective training
+    """The six Level-2 shares of the fleet's GPU time, stacked by day (a day without GPU
+    time is a gap). Effective training
     starts hidden (click it to stack to 100%): otherwise the lost time is a sliver."""
     ordered = _sorted_days(days)
     x = [d.day for d in ordered]
     traces = [go.Bar(
-        x=x, y=[d.fleet.shares_pct.get(c, 0.0) if _has_time(d) else None for d in ordered],
+        x=x, y=[d.fleet.shares_pct.get(c) for d in ordered],
         name=c, marker={"color": COMPONENT_COLOURS[c]},
         visible="legendonly" if c == EFFECTIVE else True,
         hovertemplate=f"{c}: %{{y:.2f}}%<extra>%{{x}}</extra>") for c in COMPONENTS]
-    layout = _layout("Level-2 shares of fleet E2E (effective training: click to show)",
+    layout = _layout("Level-2 shares of fleet GPU time (effective training: click to show)",
                      barmode="stack", xaxis=_days_axis(),
-                     yaxis={"title": {"text": "share of E2E"}, "ticksuffix": "%"})
+                     yaxis={"title": {"text": "share of GPU time"}, "ticksuffix": "%"})
     return _spec(go.Figure(data=traces, layout=layout))
 
 
@@ -426,12 +422,12 @@ def _headline(ordered: Sequence[DayRollup], before: DayRollup | None) -> dict[st
     previous = ordered[-2] if len(ordered) > 1 else before
     f = last.fleet
     delta = None
-    if previous is not None and _has_time(previous) and _has_time(last):
+    if previous is not None and previous.fleet.ett_pct is not None and f.ett_pct is not None:
         delta = f.ett_pct - previous.fleet.ett_pct
     causes = ", ".join(f"{c} {f.nof.get(c, 0)}" for c in FAILURE_CAUSES if f.nof.get(c, 0))
     return {
         "day": last.day, "tz": last.tz,
-        "ett": fmt_pct(f.ett_pct) if _has_time(last) else "-",
+        "ett": fmt_pct(f.ett_pct),
         "delta": fmt_delta(delta) if delta is not None else None,
         "delta_class": "" if delta is None else ("up" if delta > 0 else
                                                  "down" if delta < 0 else ""),
@@ -449,15 +445,20 @@ def _headline(ordered: Sequence[DayRollup], before: DayRollup | None) -> dict[st
     }
 
 
+def _share(value: float | None) -> str:
+    """A share of the GPU time, `-` without a `%` for a day with none."""
+    return "-" if value is None else fmt_pct(value) + "%"
+
+
 def _tables(last: DayRollup) -> dict[str, Any]:
     components = [{
         "component": row.component, "colour": COMPONENT_COLOURS.get(row.component, "#8C8C8C"),
-        "share": fmt_pct(row.share_pct) + "%",
+        "share": _share(row.share_pct),
         "lost": "-" if row.component == EFFECTIVE else fmt_gpu_h(row.gpu_hours_lost),
         "owner": row.owner, "target": row.target, "status": row.status,
     } for row in last.slo]
     teams = [{"team": t.team, "components": ", ".join(t.components),
-              "share": fmt_pct(t.share_pct) + "%", "lost": fmt_gpu_h(t.gpu_hours_lost),
+              "share": _share(t.share_pct), "lost": fmt_gpu_h(t.gpu_hours_lost),
               "breaches": ", ".join(t.breaches) or "-"} for t in last.teams]
     what_if = [{"label": w.label, "before": fmt_pct(w.ett_pct_before),
                 "after": fmt_pct(w.ett_pct_after), "gain": f"{w.gain_pts:+.2f}",

@@ -22,8 +22,13 @@ TOP_RUNS = 5
 _STATUS_TEXT: dict[SloStatus, str] = {"ok": "ok", "breach": "BREACH", "none": "-"}
 
 
-def _change(now: float, before: float | None) -> str:
-    return "" if before is None else f" ({now - before:+.1f})"
+def _change(now: float | None, before: float | None) -> str:
+    return "" if now is None or before is None else f" ({now - before:+.1f})"
+
+
+def _pct(value: float | None) -> str:
+    """ETT% or a share; `none` for a group with no GPU time (no job): never 0.0."""
+    return "none" if value is None else f"{value:.1f}"
 
 
 def _status_cell(status: SloStatus, terminal: bool) -> Text:
@@ -34,7 +39,8 @@ def _status_cell(status: SloStatus, terminal: bool) -> Text:
 def _headline(name: str, g: GroupFigures, day: DayRollup, before: GroupFigures | None,
               terminal: bool) -> list[RenderableType]:
     line = Text.assemble(
-        (f"{name} ETT% {g.ett_pct:.1f}{_change(g.ett_pct, before.ett_pct if before else None)}",
+        (f"{name} ETT% {_pct(g.ett_pct)}"
+         f"{_change(g.ett_pct, before.ett_pct if before else None)}",
          "bold" if terminal else ""),
         f"   jobs {g.jobs}   GPU-h {fmt_gpu_h(g.gpu_hours)}   lost {fmt_gpu_h(g.gpu_hours_lost)}"
         f"   day {day.day} ({day.tz})")
@@ -58,9 +64,9 @@ def _components(g: GroupFigures, day: DayRollup, terminal: bool) -> RenderableTy
     for c in COMPONENTS:
         slo = policies[c]
         share = g.shares_pct[c]
-        status: SloStatus = "none" if not g.e2e_s else slo.policy().status(share)
+        status: SloStatus = "none" if share is None else slo.policy().status(share)
         lost = "-" if c == EFFECTIVE else fmt_gpu_h(g.gpu_hours_lost_by_component.get(c, 0.0))
-        rows.append((c, f"{share:.1f}%", lost, slo.owner, slo.target,
+        rows.append((c, "none" if share is None else f"{share:.1f}%", lost, slo.owner, slo.target,
                      _status_cell(status, terminal)))
     return table(["component", Column("share", justify="right"),
                   Column("GPU-h lost", justify="right"), "owner", "SLO", "status"], rows,
@@ -82,7 +88,8 @@ def _failures(g: GroupFigures) -> list[RenderableType]:
 def _fleet_extras(day: DayRollup, terminal: bool) -> list[RenderableType]:
     teams = table(["team", "components", Column("share", justify="right"),
                    Column("GPU-h lost", justify="right"), "SLO breaches"],
-                  [(t.team, ", ".join(t.components), f"{t.share_pct:.1f}%",
+                  [(t.team, ", ".join(t.components),
+                    "none" if t.share_pct is None else f"{t.share_pct:.1f}%",
                     fmt_gpu_h(t.gpu_hours_lost), ", ".join(t.breaches) or "-") for t in day.teams],
                   terminal=terminal)
     what_if = table(["what-if (largest gain first)", Column("fleet ETT%", justify="right"),
@@ -134,9 +141,10 @@ def trend_view(days: Sequence[DayRollup], *, tenant: str | None = None,
             rows.append((day.day, "-", "", "0", "-", "-", ""))
             continue
         note = "provisional" if g.provisional_jobs else ""
-        rows.append((day.day, f"{g.ett_pct:.1f}", _change(g.ett_pct, previous).strip(" ()"),
+        rows.append((day.day, _pct(g.ett_pct), _change(g.ett_pct, previous).strip(" ()"),
                      str(g.jobs), fmt_gpu_h(g.gpu_hours), fmt_gpu_h(g.gpu_hours_lost), note))
-        previous = g.ett_pct
+        if g.ett_pct is not None:  # a day with no job is skipped, not a change to 0
+            previous = g.ett_pct
     return table(["day", Column("ETT%", justify="right"), Column("change", justify="right"),
                   Column("jobs", justify="right"), Column("GPU-h", justify="right"),
                   Column("lost", justify="right"), ""], rows, terminal=terminal)

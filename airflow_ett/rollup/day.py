@@ -20,13 +20,15 @@ from airflow_ett.rollup.parts import TOP_RUNS, DayPart, RunLoss, day_parts, wors
 from airflow_ett.rollup.whatif import Savings, WhatIf
 
 #: The JSON form's version (fields are only added, with defaults; see ett/summary.py).
-ROLLUP_VERSION: Final = 1
+#: 2: ETT% and shares are GPU-seconds over GPU-seconds, None for no GPU time (version 1
+#: weighed seconds; store migration 0003 rewrote the stored days, decision 0010).
+ROLLUP_VERSION: Final = 2
 
 
 class TeamFigures(msgspec.Struct, frozen=True, kw_only=True):
     team: str
     components: list[str]
-    share_pct: float  # of the fleet's E2E: the time in the components the team owns
+    share_pct: float | None  # of the fleet's GPU time, in the components the team owns
     gpu_hours_lost: float
     breaches: list[str]  # the owned components whose SLO the day missed
 
@@ -35,7 +37,7 @@ class SloRow(msgspec.Struct, frozen=True, kw_only=True):
     component: str
     owner: str
     target: str
-    share_pct: float
+    share_pct: float | None  # of the fleet's GPU time; None: no GPU time (status "none")
     gpu_hours_lost: float
     status: SloStatus
     # the bounds behind `target`, so that a reader can judge another share (a tenant's) by
@@ -74,6 +76,15 @@ class DayRollup(msgspec.Struct, frozen=True, kw_only=True):
         out: dict[str, object] = msgspec.to_builtins(self)
         return out
 
+    @property
+    def nothing_finished(self) -> bool:
+        """No job of the day had finished when it was computed: every one still ran, or
+        there was none yet in a day not over. Its figures are those of jobs in flight, so
+        the fleet page headlines the last day before it that has finished work."""
+        if self.fleet.jobs == 0:
+            return self.computed_at < self.hi
+        return self.fleet.provisional_jobs == self.fleet.jobs
+
     def silent_note(self) -> str | None:
         """What every report and page says of the day's silent jobs, if it has any."""
         if not self.silent_jobs:
@@ -93,15 +104,20 @@ def _slo(fleet: GroupFigures, components: ComponentsConfig) -> list[SloRow]:
                            max_share_pct=policy.max_share_pct,
                            min_share_pct=policy.min_share_pct, share_pct=share,
                            gpu_hours_lost=fleet.gpu_hours_lost_by_component.get(c, 0.0),
-                           status=policy.status(share) if fleet.e2e_s > 0 else "none"))
+                           status="none" if share is None else policy.status(share)))
     return rows
+
+
+def _owned_share(rows: Iterable[SloRow]) -> float | None:
+    shares = [row.share_pct for row in rows]
+    return None if None in shares else sum(s for s in shares if s is not None)
 
 
 def _teams(slo: list[SloRow], components: ComponentsConfig) -> list[TeamFigures]:
     by_component = {row.component: row for row in slo}
     teams = [
         TeamFigures(team=team, components=list(owned),
-                    share_pct=sum(by_component[c].share_pct for c in owned),
+                    share_pct=_owned_share(by_component[c] for c in owned),
                     gpu_hours_lost=sum(by_component[c].gpu_hours_lost for c in owned),
                     breaches=[c for c in owned if by_component[c].status == "breach"])
         for team, owned in components.teams().items()
@@ -142,7 +158,7 @@ def rollup_of_parts(window: DayWindow, parts: Sequence[DayPart], components: Com
         models={name: models[name].figures() for name in sorted(models)},
         teams=_teams(slo, components),
         slo=slo,
-        what_if=savings.results(),
+        what_if=savings.results(totals),
         top_runs=[w.run for w in worst_runs((w for p in parts for w in p.worst), top)],
         components_file=components.source,
         silent_jobs=sum(p.silent_jobs for p in parts),

@@ -1,11 +1,16 @@
 """The figures of one group of job-days (the fleet, a tenant, a model) for one day.
 
-Weighting: ETT% and the component shares are seconds over seconds, summed over the
-group's jobs, so a long job weighs more than a short one (the fleet's ETT% is the share
-of all its wall time that trained on new data, not a mean of per-job percentages).
-GPU-hours weigh each second by the job's world size. Sums are taken in integer
-microseconds (GPU-microseconds) and turned into seconds and hours only at the end, so
-the tenants' GPU-hours add up to the fleet's exactly as the integers do.
+Weighting: ETT% and the component shares are GPU-seconds over GPU-seconds, summed over
+the group's jobs (`sum(effective_i * gpus_i) / sum(e2e_i * gpus_i)`): the share of the
+group's GPU time that trained on new data, so a 64-GPU job weighs 64 times a 1-GPU job
+of the same length, and a long job more than a short one (not a mean of per-job
+percentages). They agree with the GPU-hours beside them: the share of a lost component
+is its GPU-hours lost over the GPU-hours, and ETT% is 100 minus the lost shares
+(decision 0010). A group with no GPU time (a day with no job) has no ETT% and no
+shares: None, never 0. `e2e_s`, `effective_s` and `components_s` stay plain seconds
+summed over jobs. Sums are taken in integer microseconds (GPU-microseconds) and turned
+into seconds and hours only at the end, so the tenants' GPU-hours add up to the fleet's
+exactly as the integers do.
 """
 
 from __future__ import annotations
@@ -29,11 +34,11 @@ LOST_COMPONENTS: Final = tuple(c for c in COMPONENTS if c != EFFECTIVE)
 class GroupFigures(msgspec.Struct, frozen=True, kw_only=True):
     jobs: int
     provisional_jobs: int
-    e2e_s: float
+    e2e_s: float  # seconds summed over the jobs (not GPU-weighted)
     effective_s: float
-    ett_pct: float
+    ett_pct: float | None  # GPU-weighted; None: no GPU time (no job)
     components_s: dict[str, float]
-    shares_pct: dict[str, float]
+    shares_pct: dict[str, float | None]  # of the GPU time, all six; None: no GPU time
     gpu_hours: float
     gpu_hours_lost: float
     gpu_hours_lost_by_component: dict[str, float]
@@ -63,7 +68,13 @@ def percentile(values: Sequence[float], pct: float) -> float | None:
 
 
 def share_pct(part_us: int, whole_us: int) -> float:
+    """One job's share (per-job ETT%, a run's component share): 0 for no time."""
     return 100.0 * part_us / whole_us if whole_us > 0 else 0.0
+
+
+def group_share_pct(part_gpu_us: int, whole_gpu_us: int) -> float | None:
+    """A group's share of its GPU time: None when it has none (no job, so no figure)."""
+    return 100.0 * part_gpu_us / whole_gpu_us if whole_gpu_us > 0 else None
 
 
 def _zeros(keys: Iterable[str]) -> dict[str, int]:
@@ -116,6 +127,12 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
             if f.ttr_us is not None:
                 self.ttr_s.append(f.ttr_us / US_PER_S)
 
+    @property
+    def effective_gpu_us(self) -> int:
+        """The GPU-microseconds of effective training: the GPU time no lost component has
+        (a job-day's six components partition its E2E: `job_day.job_day`)."""
+        return self.gpu_us - sum(self.lost_gpu_us.values())
+
     def merge(self, other: Totals) -> None:
         """Add `other`'s sums to these (`other` is left as it was)."""
         self.jobs += other.jobs
@@ -134,9 +151,11 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
         self.ttr_s.extend(other.ttr_s)
 
     def figures(self) -> GroupFigures:
-        e2e, attempts = self.e2e_us, self.attempts
+        e2e, attempts, gpu = self.e2e_us, self.attempts, self.gpu_us
         components = {c: self.components_us.get(c, 0) for c in COMPONENTS}
         lost_gpu = {c: self.lost_gpu_us.get(c, 0) for c in LOST_COMPONENTS}
+        shares = {c: group_share_pct(self.effective_gpu_us if c == EFFECTIVE else lost_gpu[c],
+                                     gpu) for c in COMPONENTS}
         nof = {cause: self.nof.get(cause, 0) for cause in FAILURE_CAUSES}
         nof["total"] = self.failures
         without = nof["total"] - nof["preemption"]
@@ -146,10 +165,10 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
             provisional_jobs=self.provisional_jobs,
             e2e_s=e2e / US_PER_S,
             effective_s=components[EFFECTIVE] / US_PER_S,
-            ett_pct=share_pct(components[EFFECTIVE], e2e),
+            ett_pct=shares[EFFECTIVE],
             components_s={c: us / US_PER_S for c, us in components.items()},
-            shares_pct={c: share_pct(us, e2e) for c, us in components.items()},
-            gpu_hours=self.gpu_us / US_PER_H,
+            shares_pct=shares,
+            gpu_hours=gpu / US_PER_H,
             gpu_hours_lost=sum(lost_gpu.values()) / US_PER_H,
             gpu_hours_lost_by_component={c: us / US_PER_H for c, us in lost_gpu.items()},
             tts_p50_s=percentile(self.tts_s, 50), tts_p90_s=percentile(self.tts_s, 90),

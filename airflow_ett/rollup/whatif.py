@@ -3,13 +3,15 @@
 Two forms, both pure arithmetic on the day's job-days:
 
 - *Cut by X%*: the component's seconds shrink by X% in every job; effective time stays, so
-  fleet ETT% = effective / (E2E - X% of the component).
+  fleet ETT% = effective / (E2E - X% of the component), in GPU-seconds as every fleet
+  ETT% is (`figures`: each job's saving weighs by its GPUs).
 - *Every start d seconds faster*: a start (scheduling, initialization, compilation) is
   repeated by every recovery, so a job gains `d` per start, `(1 + NoF) * d` for a job whose
   last attempt succeeded; counted here as `d` per attempt begun in the day, never more
   than the job's own time in the component that day (a start cannot become negative).
 
 The gain is in ETT% points and in GPU-hours given back, so a team sees where effort pays.
+A group with no GPU time has no ETT% to gain on: no what-if.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Final, Literal
 import msgspec
 
 from airflow_ett.ett.phases import COMPILATION, COMPONENTS, EFFECTIVE, INITIALIZATION, SCHEDULING
-from airflow_ett.rollup.figures import US_PER_H, US_PER_S, share_pct
+from airflow_ett.rollup.figures import US_PER_H, US_PER_S, Totals, share_pct
 from airflow_ett.rollup.job_day import JobDay
 
 #: The components that every start (and so every recovery) goes through again.
@@ -62,12 +64,11 @@ class Savings(msgspec.Struct, kw_only=True, gc=False):
     """What every what-if of `ASKED` saves over a group's jobs, in sums that add up
     (`merge`), as `figures.Totals` does for the figures: per job, a cut saves
     `round(us * cut_pct / 100)` of the component, a faster start `min(attempts * d, us)`;
-    GPU-weighted beside. Mutable: an accumulator (`add`, `merge`)."""
+    GPU-weighted beside. The ETT% before and after are those of the same jobs' `Totals`
+    (`results`). Mutable: an accumulator (`add`, `merge`)."""
 
     cut_pct: float
     start_s: float
-    e2e_us: int = 0
-    effective_us: int = 0
     saved_us: list[int] = msgspec.field(default_factory=lambda: [0] * len(ASKED))
     saved_gpu_us: list[int] = msgspec.field(default_factory=lambda: [0] * len(ASKED))
 
@@ -79,8 +80,6 @@ class Savings(msgspec.Struct, kw_only=True, gc=False):
 
     def add(self, d: JobDay) -> None:
         us = d.components_us
-        self.e2e_us += d.e2e_us
-        self.effective_us += us[EFFECTIVE]
         saved, saved_gpu, gpus = self.saved_us, self.saved_gpu_us, d.gpus
         pct, per_start = self.cut_pct, round(self.start_s * US_PER_S)
         for i, (kind, c) in enumerate(ASKED):
@@ -94,19 +93,22 @@ class Savings(msgspec.Struct, kw_only=True, gc=False):
             raise ValueError(f"what-if amounts: cut_pct {other.cut_pct!r} / start_s "
                              f"{other.start_s!r} differ from {self.cut_pct!r} / "
                              f"{self.start_s!r}: the sums do not add up")
-        self.e2e_us += other.e2e_us
-        self.effective_us += other.effective_us
         for i in range(len(ASKED)):
             self.saved_us[i] += other.saved_us[i]
             self.saved_gpu_us[i] += other.saved_gpu_us[i]
 
-    def results(self) -> list[WhatIf]:
-        """Every what-if, largest gain first."""
-        before = share_pct(self.effective_us, self.e2e_us)
+    def results(self, totals: Totals) -> list[WhatIf]:
+        """Every what-if over the jobs `totals` sums (the same ones), largest gain first;
+        none when they have no GPU time. ETT% in GPU-seconds: effective / (GPU time -
+        the GPU time saved)."""
+        gpu, effective = totals.gpu_us, totals.effective_gpu_us
+        if gpu <= 0:
+            return []
+        before = share_pct(effective, gpu)
         rows = []
         for (kind, component), s, g in zip(ASKED, self.saved_us, self.saved_gpu_us,
                                            strict=True):
-            after = share_pct(self.effective_us, self.e2e_us - s)
+            after = share_pct(effective, gpu - g)
             rows.append(WhatIf(
                 kind=kind, component=component,
                 amount=self.cut_pct if kind == "cut" else self.start_s,
@@ -117,7 +119,8 @@ class Savings(msgspec.Struct, kw_only=True, gc=False):
 
 def what_ifs(days: Iterable[JobDay], *, cut_pct: float, start_s: float) -> list[WhatIf]:
     """Both forms for every component they apply to, largest gain first."""
-    savings = Savings(cut_pct=cut_pct, start_s=start_s)
+    savings, totals = Savings(cut_pct=cut_pct, start_s=start_s), Totals()
     for d in days:
         savings.add(d)
-    return savings.results()
+        totals.add(d)
+    return savings.results(totals)

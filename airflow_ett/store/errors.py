@@ -24,6 +24,8 @@ __all__ = ["JobNotFound", "StoreError", "StoreMissing", "StoreUnavailable", "is_
 
 _MISSING_SCHEMA: Final = re.compile(
     r"no such (table|column)|(relation|column) \S+ does not exist|has no column named"
+    # a day with no job has no ETT%: NULL, allowed since migration 0003
+    r"|ett_daily_days\.ett_pct|\"ett_pct\" of relation \"ett_daily_days\""
 )
 _MISSING_DATABASE: Final = re.compile(r'database "(?P<name>[^"]*)" does not exist')
 _RETRYABLE_PGCODES: Final = frozenset({"40P01", "40001"})  # deadlock, serialization failure

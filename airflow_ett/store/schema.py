@@ -104,7 +104,8 @@ daily_days = sa.Table(
     sa.Column("computed_at", sa.Double(), nullable=False),
     sa.Column("provisional", sa.Boolean(), nullable=False),
     sa.Column("jobs", sa.Integer(), nullable=False),
-    sa.Column("ett_pct", sa.Double(), nullable=False),
+    # GPU-weighted; NULL for a day with no job (migration 0003)
+    sa.Column("ett_pct", sa.Double(), nullable=True),
     sa.Column("gpu_hours", sa.Double(), nullable=False),
     sa.Column("gpu_hours_lost", sa.Double(), nullable=False),
     sa.Column("payload", sa.Text(), nullable=False),

@@ -40,21 +40,22 @@ def test_rollup_then_the_text_report(url: str, capsys: pytest.CaptureFixture[str
     assert code == 0
     assert out.splitlines() == [
         "2026-11-27 (UTC): fleet ETT% 83.3   jobs 1   GPU-h 2.00   lost 0.33",
-        "2026-11-28 (UTC): fleet ETT% 81.8   jobs 2   GPU-h 2.36   lost 0.28",
+        "2026-11-28 (UTC): fleet ETT% 88.2   jobs 2   GPU-h 2.36   lost 0.28",
     ]
     code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--store-url", url)
     assert code == 0 and "\x1b" not in out
     lines = out.splitlines()
-    # 4500 / 5500 effective, 1.5 points below the day before (3000 / 3600)
-    assert lines[0] == ("fleet ETT% 81.8 (-1.5)   jobs 2   GPU-h 2.36   lost 0.28   "
+    # 7500 / 8500 effective GPU-s (A: 3000 s x 2 GPUs, B: 1500 of 2500 s on 1), 4.9
+    # points above the day before (3000 / 3600)
+    assert lines[0] == ("fleet ETT% 88.2 (+4.9)   jobs 2   GPU-h 2.36   lost 0.28   "
                         "day 2026-11-28 (UTC)")
-    assert any(line.split() == ["wasted_training", "10.9%", "0.17", "checkpoint-team", "<3%",
+    assert any(line.split() == ["wasted_training", "7.1%", "0.17", "checkpoint-team", "<3%",
                                 "BREACH"] for line in lines)
     assert any(line.split() == ["initialization", "0.0%", "0.00", "trainer-team", "<1%", "ok"]
                for line in lines)
     assert ("failures per attempt: 0.500 (0.500 without preemption); NoF 1 (infra 1); "
             "preemptions 0; attempts per job 2.00") in lines
-    assert "cut wasted_training by 50%" in out and "86.5" in out
+    assert "cut wasted_training by 50%" in out and "91.5" in out  # 7500 / 8200
     assert any(line.split()[:3] == ["b", "t2", "0.28"] for line in lines)
 
 
@@ -66,11 +67,11 @@ def test_a_range_shows_the_trend_and_a_tenant_only_its_figures(
     assert code == 0
     trend = out.split("\n\n")[0].splitlines()
     assert trend[1].split() == ["2026-11-27", "83.3", "1", "2.00", "0.33"]
-    assert trend[2].split() == ["2026-11-28", "81.8", "-1.5", "2", "2.36", "0.28"]
+    assert trend[2].split() == ["2026-11-28", "88.2", "+4.9", "2", "2.36", "0.28"]
     code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--tenant", "t1",
                        "--store-url", url)
     assert code == 0 and out.startswith("tenant t1 ETT% 100.0 (+16.7)   jobs 1")
-    # judged by the tenant's own share: the fleet's 81.8% breaches >=90%, t1's 100% does not
+    # judged by the tenant's own share: the fleet's 88.2% breaches >=90%, t1's 100% does not
     assert any(line.split() == ["effective_training", "100.0%", "-", "ml-platform", ">=90%",
                                 "ok"] for line in out.splitlines())
     assert "what-if" not in out  # a fleet-only part
@@ -159,7 +160,7 @@ def test_the_html_report_goes_to_the_report_dir_with_the_worst_runs_timelines(
     index = tmp_path / "reports" / "2026-11-28" / "index.html"
     assert code == 0 and out == f"report: {index}\n"
     page = index.read_text()
-    assert "81.8" in page and "-1.5" in page  # the change from the stored day before
+    assert "88.2" in page and "+4.9" in page  # the change from the stored day before
     assert "timeline-0" in page  # job b, the one run that lost GPU time, drawn
     assert "http://" not in page and "https://" not in page
     code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--store-url", url)

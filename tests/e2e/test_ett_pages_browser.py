@@ -111,9 +111,12 @@ def _text(frame: Any, selector: str) -> str:
 
 
 def _check_fleet(frame: Any, site: Site) -> None:
+    # the headline: yesterday, the newest day with finished work (today has only the
+    # running job A2, decision 0010)
     with EttStore(site.store_url) as store:
-        last = store.daily.day(site.fleet.last.isoformat())
-    assert last is not None and last == site.fleet.days[-1]
+        last = store.daily.day(site.fleet.days[-2].day)
+    assert last is not None and last == site.fleet.days[-2]
+    assert site.fleet.days[-1].nothing_finished
     assert _text(frame, "#fleet-ett") == report.fmt_pct(last.fleet.ett_pct)
     assert _text(frame, "#fleet-jobs") == f"{last.fleet.jobs:,}"
     assert _text(frame, "#fleet-gpu-hours") == report.fmt_gpu_h(last.fleet.gpu_hours)

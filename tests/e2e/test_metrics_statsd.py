@@ -132,6 +132,8 @@ def test_a_finished_run_s_metrics_reach_a_statsd_server(tmp_path: Path) -> None:
             pytest.approx(summary.e2e_s * 1000.0, abs=0.01)]
         assert summary.e2e_s > 0
         assert values(f"ett.job.effective{suffix}", "ms") == [0.0]
+        assert values(f"ett.job.gpu_e2e{suffix}", "ms") == [  # 1 GPU: GPU-ms = ms
+            pytest.approx(summary.e2e_s * 1000.0, abs=0.01)]
         assert values(f"ett.job.csbt{suffix}", "ms") == [0.0]
         assert values(f"ett.job.nof.total{suffix}", "c") == [0.0]
         assert values(f"ett.job.tts{suffix}", "ms") == []

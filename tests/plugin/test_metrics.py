@@ -51,7 +51,7 @@ TAGS = {"dag_id": "ett_dlrm_demo", "tenant": "ads-ranking", "model": "dlrm_small
 
 SPEC = JobSpec(failures=(InjectedFailure(at_step=30, cause="infra"),
                          InjectedFailure(at_step=60, cause="preemption"),
-                         InjectedFailure(at_step=80, cause="infra")))
+                         InjectedFailure(at_step=80, cause="infra")), world_size=4)
 
 
 def summary_of(spec: JobSpec = SPEC) -> JobSummary:
@@ -84,6 +84,11 @@ def test_job_metrics_are_the_summary_s_figures_in_airflow_units() -> None:
         assert one(name).kind == "timing"
         assert one(name).value == pytest.approx(seconds * 1000.0), name  # ms, as Airflow's
     assert s.csbt_s > 0
+    # GPU-ms, for a fleet ETT% weighed by GPU time: sum(gpu_effective) / sum(gpu_e2e)
+    assert s.world_size > 1
+    for name, seconds in (("gpu_e2e", s.e2e_s), ("gpu_effective", s.effective_s)):
+        assert one(name).kind == "timing"
+        assert one(name).value == pytest.approx(seconds * 1000.0 * s.world_size), name
     ttrs = got["ett.job.ttr"]
     assert [m.kind for m in ttrs] == ["timing"] * 3
     assert [m.value for m in ttrs] == pytest.approx([t * 1000.0 for t in s.ttr_s])
@@ -94,7 +99,8 @@ def test_job_metrics_are_the_summary_s_figures_in_airflow_units() -> None:
     assert {got[n][0].kind for n in got if n.startswith("ett.job.nof.")} == {"incr"}
     assert (one("finished").kind, one("finished").value) == ("incr", 1)
     assert set(got) == {f"ett.job.{n}" for n in (
-        "finished", "ett_pct", "e2e", "effective", "tts", "ttr", "csbt")} | {
+        "finished", "ett_pct", "e2e", "effective", "gpu_e2e", "gpu_effective", "tts", "ttr",
+        "csbt")} | {
         f"ett.job.nof.{c}" for c in nof}
 
 

@@ -2,8 +2,8 @@
 (events -> attribution -> job-days -> `rollup_day`), so the page shows real figures.
 
 `hand_days()`: days D-1 and D of tests/rollup/scenarios.py, whose figures are worked out
-on paper in tests/rollup/test_day.py (fleet ETT% on D is 4500/5500 = 81.8%, on D-1 job A's
-first hour, 3000/3600 = 83.3%). `small_fleet()`: three days of simulated jobs
+on paper in tests/rollup/test_day.py (fleet ETT% on D is 7500/8500 GPU-s = 88.2%, on D-1
+job A's first hour, 3000/3600 = 83.3%). `small_fleet()`: three days of simulated jobs
 (`airflow_ett.ett.synthetic.simulate`) with failures of every cause, one job across
 midnight, one still running, and a tenant whose name is an HTML injection.
 """

@@ -2,8 +2,8 @@
 rollup's numbers, its charts are valid plotly specs of the same figures, nothing in it
 points at the internet, and user strings never become markup.
 
-The hand-computed days (tests/report/__init__.py): fleet ETT% 81.8 on D (4500 / 5500 s),
-83.3 the day before (3000 / 3600 s), so the change is -1.5.
+The hand-computed days (tests/report/__init__.py): fleet ETT% 88.2 on D (7500 / 8500
+GPU-s), 83.3 the day before (3000 / 3600 s), so the change is +4.9.
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def rows_of(text: str, section: str) -> list[list[str]]:
 
 def test_the_headline_is_the_last_days_figures_with_the_change() -> None:
     text = page()
-    assert by_id(text, "fleet-ett") == "81.8"
-    assert by_id(text, "fleet-ett-delta") == "-1.5 vs 2026-11-27"
-    assert 'class="delta down"' in text
+    assert by_id(text, "fleet-ett") == "88.2"
+    assert by_id(text, "fleet-ett-delta") == "+4.9 vs 2026-11-27"
+    assert 'class="delta up"' in text
     assert by_id(text, "fleet-jobs") == "2"
     assert by_id(text, "fleet-gpu-hours") == "2.36"  # (3000 s x 2 GPUs + 2500 s) / 3600
     assert by_id(text, "fleet-lost") == "0.28"  # 1000 s lost on 1 GPU
@@ -86,7 +86,7 @@ def test_one_day_alone_has_no_change_and_days_may_come_in_any_order() -> None:
     assert "fleet-ett-delta" not in alone and "no previous day in this report" in alone
     with_before = report.render_html(days[1:], timelines, title="x", before=days[0],
                                      script_src=SRC)
-    assert by_id(with_before, "fleet-ett-delta") == "-1.5 vs 2026-11-27"
+    assert by_id(with_before, "fleet-ett-delta") == "+4.9 vs 2026-11-27"
     assert embedded_figures(with_before)["ett_trend"]["data"][0]["x"] == [  # type: ignore[index]
         "2026-11-28"]  # `before` gives the change only, it is not charted
     with pytest.raises(ValueError, match="before: day 2026-11-28 is not before"):
@@ -99,14 +99,14 @@ def test_the_tables_hold_the_components_what_if_and_top_runs() -> None:
     text = page()
     components = {row[0]: row for row in rows_of(text, "components")}
     assert list(components) == list(COMPONENTS)
-    assert components["wasted_training"] == ["wasted_training", "10.9%", "0.17",
+    assert components["wasted_training"] == ["wasted_training", "7.1%", "0.17",
                                              "checkpoint-team", "<3%", "BREACH"]
     assert components["initialization"][-2:] == ["<1%", "ok"]
-    assert components["effective_training"][1:3] == ["81.8%", "-"]  # its time is not lost
+    assert components["effective_training"][1:3] == ["88.2%", "-"]  # its time is not lost
     what_if = rows_of(text, "what-if")
     gains = [float(row[2]) for row in what_if]
     assert gains == sorted(gains, reverse=True)
-    assert what_if[0][:3] == ["cut wasted_training by 50%", "81.8 → 86.5", "+4.72"]
+    assert what_if[0][:3] == ["cut wasted_training by 50%", "88.2 → 91.5", "+3.23"]
     (run,) = rows_of(text, "top-runs")
     assert run[:3] == ["b", "t2", "m1"] and run[6:] == ["0.28", "60.0", "wasted_training"]
     tenants = {row[0]: row for row in rows_of(text, "tenants")}
@@ -152,7 +152,7 @@ def test_the_charts_plot_the_rollups_figures() -> None:
     trend = report.trend_figure(days)
     fleet = trend["data"][0]
     assert fleet["x"] == ["2026-11-27", "2026-11-28"]
-    assert fleet["y"] == pytest.approx([100 * 3000 / 3600, 100 * 4500 / 5500])
+    assert fleet["y"] == pytest.approx([100 * 3000 / 3600, 100 * 7500 / 8500])  # GPU-s
     assert trend["data"][1]["name"] == "SLO >=90%" and trend["data"][1]["y"] == [90.0, 90.0]
     assert {t["name"] for t in trend["data"][2:]} == {"t1", "t2"}
     assert all(t["visible"] == "legendonly" for t in trend["data"][2:])
@@ -162,7 +162,7 @@ def test_the_charts_plot_the_rollups_figures() -> None:
     assert [t["marker"]["color"] for t in shares["data"]] == [
         report.COMPONENT_COLOURS[c] for c in COMPONENTS]
     wasted = shares["data"][COMPONENTS.index("wasted_training")]
-    assert wasted["y"] == pytest.approx([0.0, 100 * 600 / 5500])
+    assert wasted["y"] == pytest.approx([0.0, 100 * 600 / 8500])
     assert shares["layout"]["barmode"] == "stack"
 
     lost = {t["name"]: t["y"] for t in report.lost_by_team_figure(days)["data"]}

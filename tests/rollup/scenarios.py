@@ -20,7 +20,8 @@ from airflow_ett.ett.events import (
     PhaseStarted,
     Progress,
 )
-from airflow_ett.rollup import day_window
+from airflow_ett.ett.phases import COMPONENTS
+from airflow_ett.rollup import JobDay, day_window
 
 D = dt.date(2026, 11, 28)
 WINDOW = day_window(D, "UTC")
@@ -79,3 +80,29 @@ def late_job(lo: float = LO) -> list[Event]:
             m(AttemptStarted, ts=lo + 20_000, attempt="1"),
             m(AttemptEnded, ts=lo + 21_000, attempt="1", status="failed", cause="application"),
             m(JobEnded, ts=lo + 21_000, status="failed")]
+
+
+def issue_day_jobs(day: str = "2026-11-29") -> list[JobDay]:
+    """Issue 22's day, built as job-days: job X (8 GPUs) and job Y (1 GPU).
+
+    X: 27,000 s of E2E, 1,717 s scheduling + 3,000 s wasted lost, 22,283 s effective.
+    Y: 16,308 s of E2E, 2,544 s initialization + 4,000 s compilation lost, 9,764 s effective.
+    GPU time: 8 x 27,000 + 16,308 = 232,308 GPU-s = 64.53 GPU-h; lost: 8 x 4,717 + 6,544
+    = 44,280 GPU-s = 12.30 GPU-h; by GPU time ETT% = 100 x 188,028 / 232,308 = 80.94.
+    Weighed by seconds (the old, wrong way): 100 x 32,047 / 43,308 = 74.00.
+    """
+    s = 10**6
+
+    def jd(job: str, tenant: str, gpus: int, components: dict[str, int]) -> JobDay:
+        full = {c: components.get(c, 0) * s for c in COMPONENTS}
+        return JobDay(job=job, tenant=tenant, model="dlrm", dag_id=f"dag_{job}",
+                      run_id=f"{day}_{job}", gpus=gpus, provisional=False, synthetic=False,
+                      e2e_us=sum(full.values()), components_us=full,
+                      tts_us=sum(components.get(c, 0) for c in COMPONENTS[:3]) * s,
+                      failures=(), attempts=1,
+                      preempted_attempts=0)
+
+    return [jd("x", "big", 8, {"scheduling": 1717, "wasted_training": 3000,
+                               "effective_training": 22283}),
+            jd("y", "small", 1, {"initialization": 2544, "compilation": 4000,
+                                 "effective_training": 9764})]

@@ -35,11 +35,14 @@ def test_the_day_figures_by_hand() -> None:
     fleet = aggregate(d for d in days_of_d() if d is not None)
     assert fleet.jobs == 2 and fleet.provisional_jobs == 0
     assert fleet.e2e_s == 5500.0 and fleet.effective_s == 4500.0
-    assert fleet.ett_pct == pytest.approx(100 * 4500 / 5500)
+    # by GPU time: A's 3000 s on 2 GPUs and B's 2500 s on 1; effective 2 x 3000 + 1500
+    # (seconds over seconds would say 100 x 4500 / 5500 = 81.8: A's second GPU unseen)
+    assert fleet.ett_pct == pytest.approx(100 * 7500 / 8500)
     assert fleet.components_s == {"scheduling": 200.0, "initialization": 0.0,
                                   "compilation": 200.0, "effective_training": 4500.0,
                                   "wasted_training": 600.0, "shutdown": 0.0}
-    assert fleet.shares_pct["wasted_training"] == pytest.approx(100 * 600 / 5500)
+    assert fleet.shares_pct["wasted_training"] == pytest.approx(100 * 600 / 8500)
+    assert fleet.shares_pct["effective_training"] == fleet.ett_pct
     assert fleet.gpu_hours == pytest.approx((3000 * 2 + 2500) / 3600)
     assert fleet.gpu_hours_lost == pytest.approx(1000 / 3600)
     assert fleet.gpu_hours_lost_by_component["compilation"] == pytest.approx(200 / 3600)
@@ -60,9 +63,13 @@ def test_the_rollup_groups_slos_what_if_and_worst_runs() -> None:
     assert rollup.tenants["t1"].ett_pct == 100.0
     assert rollup.tenants["t2"].ett_pct == pytest.approx(100 * 1500 / 2500)
     slo = {row.component: row for row in rollup.slo}
-    # bundled SLOs: wasted < 3% (10.9%: breach), scheduling < 3% (3.6%: breach),
-    # compilation < 1.5% (3.6%: breach), initialization < 1% (0%: ok), ETT >= 90% (81.8%)
+    # bundled SLOs, shares of the 8500 GPU-s: wasted < 3% (7.1%: breach), scheduling < 3%
+    # (2.4%: ok; 3.6% of the seconds was a false breach), compilation < 1.5% (2.4%:
+    # breach), initialization < 1% (0%: ok), ETT >= 90% (88.2%: breach)
     assert slo["wasted_training"].status == "breach"
+    assert slo["scheduling"].status == "ok"
+    assert slo["scheduling"].share_pct == pytest.approx(100 * 200 / 8500)
+    assert slo["compilation"].status == "breach"
     assert slo["initialization"].status == "ok" and slo["initialization"].target == "<1%"
     assert slo["effective_training"].status == "breach"
     assert slo["shutdown"].status == "ok"
@@ -71,11 +78,12 @@ def test_the_rollup_groups_slos_what_if_and_worst_runs() -> None:
     assert teams["checkpoint-team"].breaches == ["wasted_training"]
     assert rollup.teams[0].team == "checkpoint-team"  # the most GPU-hours lost comes first
     gains = {(w.kind, w.component): w for w in rollup.what_if}
-    assert gains["cut", "wasted_training"].ett_pct_after == pytest.approx(100 * 4500 / 5200)
+    # half of B's 600 s of waste on 1 GPU: 300 GPU-s of the 8500
+    assert gains["cut", "wasted_training"].ett_pct_after == pytest.approx(100 * 7500 / 8200)
     # B starts twice: 2 x 60 s of its 200 s of compilation
     assert gains["faster_start", "compilation"].e2e_s_saved == 120.0
     assert gains["faster_start", "compilation"].ett_pct_after == pytest.approx(
-        100 * 4500 / 5380)
+        100 * 7500 / 8380)
     assert gains["cut", "initialization"].gain_pts == 0.0
     assert [w.gain_pts for w in rollup.what_if] == sorted(
         (w.gain_pts for w in rollup.what_if), reverse=True)
@@ -94,11 +102,14 @@ def test_a_running_job_is_provisional_up_to_now() -> None:
     assert rollup.provisional and rollup.fleet.provisional_jobs == 1
 
 
-def test_an_empty_day_has_zero_figures_and_no_slo_verdicts() -> None:
+def test_an_empty_day_has_no_ett_and_no_slo_verdicts() -> None:
     rollup = rollup_day(WINDOW, [], load_components(), computed_at=LO)
-    assert rollup.fleet.jobs == 0 and rollup.fleet.ett_pct == 0.0
+    assert rollup.fleet.jobs == 0 and rollup.fleet.ett_pct is None  # none, never 0.0
+    assert set(rollup.fleet.shares_pct.values()) == {None}
     assert rollup.fleet.tts_p50_s is None and rollup.fleet.failures_per_attempt == 0.0
-    assert {row.status for row in rollup.slo} == {"none"}
+    assert {row.status for row in rollup.slo} == {"none"}  # never a breach
+    assert {row.share_pct for row in rollup.slo} == {None}
+    assert {t.share_pct for t in rollup.teams} == {None} and rollup.what_if == []
     assert rollup.top_runs == [] and rollup.tenants == {}
 
 

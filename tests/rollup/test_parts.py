@@ -80,17 +80,21 @@ def test_the_parts_of_any_dags_roll_up_as_their_job_days(
 def test_the_one_pass_figures_equal_their_definitions(days: list[JobDay]) -> None:
     got = rollup_day(WINDOW, days, load_components(), computed_at=1.0).fleet
     e2e = sum(d.e2e_us for d in days)
+    gpu = sum(d.e2e_us * d.gpus for d in days)
     assert got.jobs == len(days)
     assert got.provisional_jobs == sum(1 for d in days if d.provisional)
     assert got.e2e_s == e2e / US
     for c in COMPONENTS:
         total = sum(d.components_us[c] for d in days)
         assert got.components_s[c] == total / US
-        assert got.shares_pct[c] == (100.0 * total / e2e if e2e else 0.0)
+        # by GPU time: each job's seconds times its GPUs; no GPU time, no share
+        gpu_total = sum(d.components_us[c] * d.gpus for d in days)
+        assert got.shares_pct[c] == (100.0 * gpu_total / gpu if gpu else None)
         if c != EFFECTIVE:
             assert got.gpu_hours_lost_by_component[c] == sum(
                 d.components_us[c] * d.gpus for d in days) / (3600 * US)
-    assert got.gpu_hours == sum(d.e2e_us * d.gpus for d in days) / (3600 * US)
+    assert got.gpu_hours == gpu / (3600 * US)
+    assert got.ett_pct == got.shares_pct[EFFECTIVE]
     failures = [f for d in days for f in d.failures]
     assert got.nof == {**{c: sum(1 for f in failures if f.cause == c) for c in FAILURE_CAUSES},
                        "total": len(failures)}  # an unknown cause counts in the total only
@@ -110,19 +114,20 @@ def test_the_one_pass_figures_equal_their_definitions(days: list[JobDay]) -> Non
 def test_the_one_pass_what_ifs_equal_their_definitions(days: list[JobDay], cut_pct: float,
                                                       start_s: float) -> None:
     got = {(w.kind, w.component): w for w in what_ifs(days, cut_pct=cut_pct, start_s=start_s)}
-    assert len(got) == len(COMPONENTS) - 1 + len(START_COMPONENTS)
-    e2e = sum(d.e2e_us for d in days)
-    effective = sum(d.components_us[EFFECTIVE] for d in days)
+    gpu = sum(d.e2e_us * d.gpus for d in days)
+    # no GPU time, no ETT% to gain on
+    assert len(got) == (len(COMPONENTS) - 1 + len(START_COMPONENTS) if gpu else 0)
+    effective = sum(d.components_us[EFFECTIVE] * d.gpus for d in days)
     per_start = round(start_s * US)
     for (kind, c), w in got.items():
         saved = [round(d.components_us[c] * cut_pct / 100) if kind == "cut"
                  else min(d.attempts * per_start, d.components_us[c]) for d in days]
-        before = 100.0 * effective / e2e if e2e else 0.0
-        after = 100.0 * effective / (e2e - sum(saved)) if e2e - sum(saved) > 0 else 0.0
+        gpu_saved = sum(s * d.gpus for s, d in zip(saved, days, strict=True))
+        before = 100.0 * effective / gpu
+        after = 100.0 * effective / (gpu - gpu_saved) if gpu - gpu_saved > 0 else 0.0
         assert (w.ett_pct_before, w.ett_pct_after) == (before, after)
         assert w.gain_pts == after - before >= 0
         assert w.e2e_s_saved == sum(saved) / US
-        gpu_saved = sum(s * d.gpus for s, d in zip(saved, days, strict=True))
         assert w.gpu_hours_saved == gpu_saved / (3600 * US)
     gains = [w.gain_pts for w in what_ifs(days, cut_pct=cut_pct, start_s=start_s)]
     assert gains == sorted(gains, reverse=True)
@@ -177,9 +182,9 @@ def test_savings_of_other_amounts_do_not_add_up() -> None:
         what_ifs([], cut_pct=float("nan"), start_s=1)
 
 
-def test_an_empty_day_has_no_parts_and_zero_figures() -> None:
+def test_an_empty_day_has_no_parts_and_no_ett() -> None:
     assert day_parts([], cut_pct=50, start_s=60) == []
     rollup = rollup_of_parts(WINDOW, [], load_components(), computed_at=0)
-    assert rollup.fleet.jobs == 0 and rollup.fleet.ett_pct == 0.0 and rollup.top_runs == []
+    assert rollup.fleet.jobs == 0 and rollup.fleet.ett_pct is None and rollup.top_runs == []
     assert rollup == rollup_day(WINDOW, [], load_components(), computed_at=0)
-    assert all(w.gain_pts == 0 for w in rollup.what_if) and len(rollup.what_if) == 8
+    assert rollup.what_if == []  # no ETT% to gain on

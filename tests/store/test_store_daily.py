@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from airflow_ett.ett.events import AttemptEnded, AttemptStarted, Event, JobEnded, JobSubmitted
 from airflow_ett.rollup import DayWindow, day_window, load_components
 from airflow_ett.store import EttStore, daily, upgrade
+from airflow_ett.store.schema import daily_days
 from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b, late_job
 
 NOW = LO + 2 * 86400
@@ -260,3 +261,15 @@ def test_a_row_with_components_left_out_reads_them_as_zero() -> None:
     assert [(f.cause, f.ttr_us) for f in d.failures] == [("infra", None),
                                                           ("preemption", 2_000_000)]
     assert (d.attempts, d.preempted_attempts) == (0, 0)
+
+
+def test_a_day_with_no_job_stores_no_ett(store: EttStore) -> None:
+    """NULL in the ETT% column (migration 0003 made it nullable), None read back: never
+    0.0, never an SLO breach (decision 0010)."""
+    rollup = store.daily.compute_day(WINDOW, load_components(), now=NOW)
+    assert rollup.fleet.jobs == 0 and rollup.fleet.ett_pct is None
+    with store.engine.connect() as conn:
+        assert conn.scalar(sa.select(daily_days.c.ett_pct)
+                           .where(daily_days.c.day == "2026-11-28")) is None
+    stored = store.daily.day("2026-11-28")
+    assert stored == rollup and {row.status for row in stored.slo} == {"none"}

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import multiprocessing
 from pathlib import Path
 
+import msgspec
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from airflow_ett.rollup import DayPart, day_parts, day_window, rollup_of_parts
 from airflow_ett.store import EttStore, StoreError, current, head, upgrade
 from airflow_ett.store.engine import make_engine
-from airflow_ett.store.schema import VERSION_TABLE, metadata
+from airflow_ett.store.migrate import make_config
+from airflow_ett.store.schema import VERSION_TABLE, daily_days, daily_groups, metadata
+from tests.store import v1_days
 from tests.store.ett_store_helpers import job_events, upgrade_worker
 
 
@@ -45,7 +52,7 @@ def test_upgrading_a_0001_store_keeps_its_events(fresh_url: str) -> None:
         store.insert_events(job_events("j"))
     assert "ett_daily_days" not in _tables(fresh_url)
     upgrade(fresh_url)
-    assert current(fresh_url) == head() == "0002"
+    assert current(fresh_url) == head() == "0003"
     with EttStore(fresh_url) as store:
         assert store.count_events("j") == len(job_events("j"))
         assert store.daily.days() == []
@@ -92,3 +99,89 @@ def test_concurrent_upgrades_all_succeed(fresh_url: str) -> None:
         proc.join(timeout=30)
     assert outcomes == ["ok"] * 3
     assert current(fresh_url) == head()
+
+
+def _insert_v1_rows(url: str) -> None:
+    """The rows the version-1 rollup stored for `v1_days.job_days()` (tests/store/v1_days.py)."""
+    fixture = json.loads(v1_days.FIXTURE.read_text(encoding="utf-8"))
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.insert(daily_days), [
+                {**row, "provisional": bool(row["provisional"])}
+                for row in fixture["ett_daily_days"]])
+            conn.execute(sa.insert(daily_groups), fixture["ett_daily_groups"])
+    finally:
+        engine.dispose()
+
+
+def _stored_rows(url: str) -> dict[tuple[str, ...], tuple[object, ...]]:
+    """Every day and group row: its ETT% column and its payload, parsed (a part's payload
+    without its what-if sums, whose form changed: compared as `DayPart`s)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            days = conn.execute(sa.select(daily_days.c.day, daily_days.c.ett_pct,
+                                          daily_days.c.payload)).all()
+            groups = conn.execute(sa.select(daily_groups.c.day, daily_groups.c.scope,
+                                            daily_groups.c.key, daily_groups.c.ett_pct,
+                                            daily_groups.c.payload)).all()
+    finally:
+        engine.dispose()
+    out: dict[tuple[str, ...], tuple[object, ...]] = {
+        (day,): (ett, json.loads(payload)) for day, ett, payload in days}
+    for day, scope, key, ett, payload in groups:
+        parsed = json.loads(payload)
+        if scope == "part":
+            parsed = msgspec.json.decode(payload, type=DayPart).totals
+        out[day, scope, key] = (ett, parsed)
+    return out
+
+
+def _roll_up_anew(url: str) -> None:
+    with EttStore(url) as store:
+        for day, days in v1_days.job_days().items():
+            window = day_window(dt.date.fromisoformat(day), "UTC")
+            parts = day_parts(days, cut_pct=50.0, start_s=60.0)
+            store.daily.replace(rollup_of_parts(window, parts, v1_days.components(),
+                                                computed_at=v1_days.COMPUTED_AT,
+                                                silent_after_s=v1_days.SILENT_AFTER_S),
+                                days, parts)
+
+
+def test_0003_reweighs_stored_days_by_gpu_time(fresh_url: str, store_url: str) -> None:
+    """Days stored by the seconds-weighing rollup, migrated, are the days today's rollup
+    stores for the same jobs: every ETT% and share by GPU time, NULL for the day without
+    a job; and the downgrade gives the version-1 rows back."""
+    upgrade(fresh_url, "0002")
+    _insert_v1_rows(fresh_url)
+    before = _stored_rows(fresh_url)
+    assert before[("2026-11-29",)][0] == pytest.approx(74.0, abs=0.05)  # seconds: the bug
+    upgrade(fresh_url)
+    _roll_up_anew(store_url)
+    migrated, anew = _stored_rows(fresh_url), _stored_rows(store_url)
+    assert migrated.keys() == anew.keys()
+    for key, row in anew.items():
+        assert migrated[key] == row, key
+    assert migrated[("2026-11-29",)][0] == pytest.approx(100 * 188_028 / 232_308)  # 80.94
+    assert migrated[("2026-11-30",)][0] is None
+    with EttStore(fresh_url) as store:
+        day = store.daily.day("2026-11-29")
+        assert day is not None and day.version == 2
+        assert day.fleet.shares_pct["effective_training"] == day.fleet.ett_pct
+        assert store.daily.parts("2026-11-28")  # the parts still decode
+    command.downgrade(make_config(fresh_url), "0002")
+    down = _stored_rows(fresh_url)
+    for key, (ett, payload) in before.items():
+        if key == ("2026-11-30",):  # the empty day's zero what-ifs are not made again
+            payload = {**payload, "what_if": []}
+        assert down[key] == (ett, payload), key
+
+
+def test_a_store_not_upgraded_to_0003_says_to_upgrade(fresh_url: str) -> None:
+    """A day with no job stores a NULL ETT%, which a store at 0002 refuses: one line that
+    says to run `db upgrade`, not the driver's constraint error alone."""
+    upgrade(fresh_url, "0002")
+    window = day_window(dt.date(2026, 11, 30), "UTC")
+    with EttStore(fresh_url) as store, pytest.raises(StoreError, match="db upgrade"):
+        store.daily.compute_day(window, v1_days.components(), now=window.hi + 60)

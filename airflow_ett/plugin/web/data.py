@@ -262,13 +262,9 @@ def run_href(dag_id: str | None, run_id: str | None, job: str | None = None) -> 
     return href
 
 
-def _has_time(day: DayRollup) -> bool:
-    return day.fleet.e2e_s > 0
-
-
 def _point(day: DayRollup) -> models.DayPoint:
     f = day.fleet
-    return models.DayPoint(day=day.day, jobs=f.jobs, ett_pct=f.ett_pct if _has_time(day) else None,
+    return models.DayPoint(day=day.day, jobs=f.jobs, ett_pct=f.ett_pct,
                            gpu_hours=f.gpu_hours, gpu_hours_lost=f.gpu_hours_lost,
                            provisional=day.provisional, synthetic_jobs=day.synthetic_jobs,
                            computed_at=day.computed_at)
@@ -280,8 +276,9 @@ def _builtins(value: object) -> Any:
 
 def _detail(day: DayRollup, previous: DayRollup | None) -> models.Day:
     change = None
-    if previous is not None and _has_time(previous) and _has_time(day):
-        change = day.fleet.ett_pct - previous.fleet.ett_pct
+    before = previous.fleet.ett_pct if previous is not None else None
+    if before is not None and day.fleet.ett_pct is not None:
+        change = day.fleet.ett_pct - before
     return models.Day(
         day=day.day, tz=day.tz, lo=day.lo, hi=day.hi, computed_at=day.computed_at,
         provisional=day.provisional, synthetic_jobs=day.synthetic_jobs,
@@ -300,6 +297,17 @@ def _detail(day: DayRollup, previous: DayRollup | None) -> models.Day:
     )
 
 
+def headline_index(days: Sequence[DayRollup]) -> int:
+    """Which of `days` (oldest first) the page headlines: the newest, unless nothing in
+    it had finished when it was computed (`DayRollup.nothing_finished`: a day whose jobs
+    all still run, say just after midnight), then the newest day before it that has
+    finished work; the newest when none has."""
+    for i in range(len(days) - 1, -1, -1):
+        if not days[i].nothing_finished:
+            return i
+    return len(days) - 1
+
+
 def _notes(days: Sequence[DayRollup], first: dt.date, last: dt.date,
            scope: DagScope, newest: str | None = None) -> list[str]:
     if not days:
@@ -309,7 +317,12 @@ def _notes(days: Sequence[DayRollup], first: dt.date, last: dt.date,
                 "nightly DAG ett_fleet_rollup writes them (or run `airflow-ett rollup`)."
                 + where]
     notes = []
-    latest = days[-1]
+    latest = days[headline_index(days)]
+    for later in (d for d in days if d.day > latest.day):
+        state = (f"all its {later.fleet.jobs} job(s) were still running" if later.fleet.jobs
+                 else "it had no job yet")
+        notes.append(f"{later.day} is provisional: {state} when it was computed; the "
+                     f"headline is {latest.day}, the newest day with finished work.")
     if latest.provisional:
         notes.append(f"{latest.day} is provisional: {latest.fleet.provisional_jobs} of its "
                      f"{latest.fleet.jobs} jobs were still running when it was computed.")
@@ -349,8 +362,9 @@ def tenants_note() -> str | None:
 def fleet(store: EttStore, first: dt.date, last: dt.date, scope: DagScope, *,
           figures: bool = False) -> models.Fleet:
     days = fleet_days(store, first, last, scope)
-    latest = days[-1] if days else None
-    previous = days[-2] if len(days) > 1 else None
+    at = headline_index(days)
+    latest = days[at] if days else None
+    previous = days[at - 1] if at > 0 else None
     specs = None
     if figures and days:
         from airflow_ett.report.html import fleet_figures
@@ -480,5 +494,6 @@ def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool 
 
 
 __all__ = ["DEFAULT_DAYS", "MAX_DAYS", "DagScope", "DaysError", "RunUnreadable",
-           "attribute_run", "days_asked", "fleet", "fleet_days", "job_day_of_row",
+           "attribute_run", "days_asked", "fleet", "fleet_days", "headline_index",
+           "job_day_of_row",
            "readable_day", "run", "run_href"]

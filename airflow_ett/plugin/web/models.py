@@ -26,11 +26,13 @@ class Group(_Model):
 
     jobs: int
     provisional_jobs: int
-    e2e_s: float
+    e2e_s: float = Field(description="seconds summed over the jobs (not GPU-weighted)")
     effective_s: float
-    ett_pct: float
+    ett_pct: float | None = Field(description="GPU-seconds of effective training over "
+                                              "GPU-seconds of E2E; None: no GPU time")
     components_s: dict[str, float]
-    shares_pct: dict[str, float]
+    shares_pct: dict[str, float | None] = Field(description="each component's share of the "
+                                                            "GPU time; None: no GPU time")
     gpu_hours: float
     gpu_hours_lost: float
     gpu_hours_lost_by_component: dict[str, float]
@@ -48,7 +50,7 @@ class Group(_Model):
 class Team(_Model):
     team: str
     components: list[str]
-    share_pct: float
+    share_pct: float | None
     gpu_hours_lost: float
     breaches: list[str]
 
@@ -57,7 +59,7 @@ class Slo(_Model):
     component: str
     owner: str
     target: str
-    share_pct: float
+    share_pct: float | None
     gpu_hours_lost: float
     status: Literal["ok", "breach", "none"]
     max_share_pct: float | None = None
@@ -100,7 +102,7 @@ class DayPoint(_Model):
 
     day: str
     jobs: int
-    ett_pct: float | None = Field(description="None for a day without wall time")
+    ett_pct: float | None = Field(description="None for a day without GPU time (no job)")
     gpu_hours: float
     gpu_hours_lost: float
     provisional: bool
@@ -147,7 +149,9 @@ class Fleet(_Model):
     last: str
     scope: Scope
     days: list[DayPoint]
-    latest: Day | None = Field(description="the last day in [first, last] with a rollup")
+    latest: Day | None = Field(description="the day the headline shows: the last day in "
+                                           "[first, last] with a rollup, passing over days "
+                                           "where no job had finished (all still running)")
     notes: list[str]
     figures: dict[str, dict[str, Any]] | None = Field(
         default=None, description="plotly figure specs (with ?figures=true): ett_trend, "

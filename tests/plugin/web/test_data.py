@@ -10,6 +10,7 @@ share a mistake. A run's figures must equal the store's own summary of the job.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import gc
 from collections.abc import Iterator
@@ -121,9 +122,12 @@ def test_the_fleet_view_of_the_stored_days(store: EttStore, fleet: F.Fleet) -> N
     from airflow_ett.report.html import fleet_figures
 
     view = data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True), figures=True)
-    last, before = fleet.days[-1], fleet.days[-2]
+    # the day of `now` has only the running job A2: the headline is the day before it
+    running, last, before = fleet.days[-1], fleet.days[-2], fleet.days[-3]
+    assert running.fleet.provisional_jobs == running.fleet.jobs == 1
     assert [p.day for p in view.days] == [d.day for d in fleet.days]
     assert [p.ett_pct for p in view.days] == [d.fleet.ett_pct for d in fleet.days]
+    assert view.days[-1].provisional  # still in the trend, marked
     assert view.latest is not None and view.latest.day == last.day
     assert view.latest.fleet.ett_pct == last.fleet.ett_pct
     assert view.latest.ett_pct_change == pytest.approx(last.fleet.ett_pct - before.fleet.ett_pct)
@@ -132,8 +136,13 @@ def test_the_fleet_view_of_the_stored_days(store: EttStore, fleet: F.Fleet) -> N
         (w.gain_pts for w in last.what_if), reverse=True)
     assert view.figures == fleet_figures(fleet.days)
     assert [r.href for r in view.latest.top_runs] == [
-        f"runs/{F.DAG_A}/{fleet.running_run_id}"]
-    assert any("provisional" in n for n in view.notes)
+        f"runs/{F.DAG_SECRET}/manual__b1", f"runs/{F.DAG_A}/scheduled__a1"]
+    assert f"{running.day} is provisional: all its 1 job(s) were still running" in " ".join(
+        view.notes)
+    # asked for alone, the running day is the headline: there is no other
+    alone = data.fleet(store, fleet.last, fleet.last, DagScope(all_dags=True))
+    assert alone.latest is not None and alone.latest.day == running.day
+    assert [r.href for r in alone.latest.top_runs] == [f"runs/{F.DAG_A}/{fleet.running_run_id}"]
     assert data.fleet(store, fleet.first, fleet.last, DagScope(all_dags=True)).figures is None
 
 
@@ -347,3 +356,27 @@ def test_the_fleet_page_names_a_broken_tenants_file(store: EttStore, fleet: F.Fl
     assert "quota_gpus: -2" in note
     monkeypatch.delenv("AIRFLOW__ETT__TENANTS_FILE")
     assert not any("tenant" in n for n in view().notes)
+
+
+def test_the_headline_passes_over_days_where_nothing_had_finished() -> None:
+    """Decision 0010: a day whose jobs all still ran (or that had none yet and was not
+    over) when computed is not the headline while a day with finished work precedes it."""
+    from tests.rollup.scenarios import issue_day_jobs
+
+    def day(n: int, jobs: list[JobDay], *, done: bool) -> DayRollup:
+        window = DayWindow(day=dt.date(2026, 11, n), tz="UTC", lo=n * 86400.0,
+                           hi=(n + 1) * 86400.0)
+        return rollup_day(window, jobs, load_components(),
+                          computed_at=window.hi + 1 if done else window.hi - 1)
+
+    finished = issue_day_jobs()
+    running = [dataclasses.replace(d, provisional=True) for d in finished]
+    mixed = [running[0], finished[1]]
+    done, all_running = day(1, finished, done=True), day(2, running, done=False)
+    empty_today, empty_past = day(3, [], done=False), day(3, [], done=True)
+    assert data.headline_index([done, all_running]) == 0
+    assert data.headline_index([done, all_running, empty_today]) == 0
+    assert data.headline_index([done, empty_past]) == 1  # a quiet day that is over: none
+    assert data.headline_index([done, day(2, mixed, done=False)]) == 1  # some finished
+    assert data.headline_index([all_running]) == 0  # nothing else to show
+    assert data.headline_index([]) == -1

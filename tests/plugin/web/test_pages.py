@@ -37,19 +37,20 @@ def test_the_fleet_page_shows_the_stored_day(client: Client, fleet: F.Fleet) -> 
     response = client().get("/?from=2026-11-26&to=2026-11-28", headers=HTML)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
-    page, last = response.text, fleet.days[-1]
+    # the headline: the last day with finished work, not the day of the running job alone
+    page, last = response.text, fleet.days[-2]
     assert _text(page, "fleet-ett") == fmt.fmt_pct(last.fleet.ett_pct)
     assert _text(page, "fleet-jobs") == str(last.fleet.jobs)
     assert _text(page, "fleet-gpu-hours") == fmt.fmt_gpu_h(last.fleet.gpu_hours)
     assert _text(page, "fleet-lost") == fmt.fmt_gpu_h(last.fleet.gpu_hours_lost)
-    delta = last.fleet.ett_pct - fleet.days[-2].fleet.ett_pct
-    assert _text(page, "fleet-ett-delta") == f"{fmt.fmt_delta(delta)} vs 2026-11-27"
+    delta = last.fleet.ett_pct - fleet.days[-3].fleet.ett_pct
+    assert _text(page, "fleet-ett-delta") == f"{fmt.fmt_delta(delta)} vs 2026-11-26"
     for row in last.slo:
         assert f'data-component="{row.component}"' in page
         assert row.owner in page
     assert _text(page, "scope") == "all DAGs"
     # the worst run links to its run page, under where the app is mounted
-    assert f'href="/runs/{F.DAG_A}/{fleet.running_run_id}"' in page
+    assert f'href="/runs/{F.DAG_A}/scheduled__a1"' in page
     for key in report.FLEET_FIGURES:
         assert f'data-figure="{key}"' in page
 
