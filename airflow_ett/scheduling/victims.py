@@ -343,12 +343,8 @@ def _decide(state: FleetState, fleet: _Working, waiting: WaitingJob,
     if sum(c.gpus for group in most.values() for c in group) < lacking:
         return Decision(waiting.job, reason=_waits_reason(state, fleet, waiting, eligible,
                                                           most, broken))
-    found = search(eligible, over, lacking,
-                   wait_rate=wait_rate(state, waiting) if order == "stage_aware" else None)
-    if found is None:  # past the search's bound: the most each tenant can yield suffices
-        most_jobs = {c.job for group in most.values() for c in group}
-        found = [c for c in eligible if c.job in most_jobs]
-    kept = pick_order(minimise(found, lacking))
+    found, kept = _victim_set(eligible, over, most, lacking,
+                              wait_rate(state, waiting) if order == "stage_aware" else None)
     notes = tuple(f"{c.job} was picked, then dropped: the other victims free enough"
                   for c in found if c not in kept)
     free_before = fleet.free
@@ -359,6 +355,18 @@ def _decide(state: FleetState, fleet: _Working, waiting: WaitingJob,
     return Decision(waiting.job, preemptions, notes=notes, reason=(
         f"frees {_gpus(freed)} for the {lacking} it lacks ({waiting.gpus} wanted, "
         f"{free_before} free), from {len(kept)} job{'s' if len(kept) > 1 else ''}: {names}"))
+
+
+def _victim_set(eligible: Sequence[Candidate], over: dict[str, int],
+                most: dict[str, list[Candidate]], lacking: int, rate: float | None
+                ) -> tuple[list[Candidate], list[Candidate]]:
+    """The set found (`victim_sets.search`; past its bound, the most each tenant can
+    yield, known to suffice) and what stays of it once minimised, in pick order."""
+    found = search(eligible, over, lacking, wait_rate=rate)
+    if found is None:
+        most_jobs = {c.job for group in most.values() for c in group}
+        found = [c for c in eligible if c.job in most_jobs]
+    return found, pick_order(minimise(found, lacking))
 
 
 def _reserve(fleet: _Working, waiting: WaitingJob, *, freed: int) -> None:
