@@ -103,7 +103,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     try:
         summaries = {policy: summarise([simulate(recorded.arrivals, config.tenants, capacity,
                                                  policy, resume_after_s=config.resume_after_s,
-                                                 checkpoint_wait_s=config.checkpoint_wait_s)],
+                                                 wait_price=config.checkpoint_wait_price)],
                                        high_priority=high)
                      for policy in POLICIES}
     except FleetSimError as exc:

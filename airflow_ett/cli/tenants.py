@@ -127,19 +127,27 @@ def scheduling_lines(config: TenantsConfig) -> list[str]:
         fleet = f"the quotas' sum, {quotas} (capacity_gpus not set)"
     else:
         fleet = f"capacity_gpus {config.capacity_gpus} (the quotas add up to {quotas})"
-    wait = _amount(config.checkpoint_wait_s)
-    if config.checkpoint_wait_s > 0:
-        waits = (f"a victim whose next periodic checkpoint commits within {wait} s yields "
-                 "right after it, one further away at once, within its tenant's grace_s")
-    else:
+    from airflow_ett.scheduling.model import MAX_WAIT_PRICE
+
+    price = config.checkpoint_wait_price
+    if price >= MAX_WAIT_PRICE:
         waits = "every victim yields at once, within its tenant's grace_s"
+    elif price == 0:
+        waits = ("a victim whose next periodic checkpoint is known yields right after it, "
+                 "however long the waiting job waits; others at once, within their "
+                 "tenant's grace_s")
+    else:
+        waits = (f"a victim yields right after its next periodic checkpoint when the work "
+                 f"that saves (GPU-seconds) is at least {_amount(price)} x the waiting job's "
+                 "GPUs x its longer wait x its priority's weight (1 at the highest "
+                 "priority, 0 at the lowest), else at once, within its tenant's grace_s")
     return [
         f"scheduling: preemption counts free GPUs against {config.fleet_gpus} GPUs: {fleet}",
         ("scheduling: preemption is on: the controller preempts victims" if config.preemption
          else "scheduling: preemption is off: the controller only logs what it would do"),
         f"scheduling: a preempted job may run again {_amount(config.resume_after_s)} s "
         "after its preemption (resume_after_s)",
-        f"scheduling: checkpoint_wait_s {wait} s: {waits}",
+        f"scheduling: checkpoint_wait_price {_amount(price)}: {waits}",
     ]
 
 
@@ -160,7 +168,7 @@ def _grace_lines(config: TenantsConfig, args: argparse.Namespace) -> list[str]:
         # The error names the store (its URL masked) or the setting that is wrong.
         return ["checkpoint saves: not read, so no grace_s is checked against them: "
                 f"{' '.join(str(exc).split())}"]
-    return [grace_line(check, days=args.days, checkpoint_wait_s=config.checkpoint_wait_s)
+    return [grace_line(check, days=args.days, wait_price=config.checkpoint_wait_price)
             for check in check_grace(config.tenants, save_s)]
 
 

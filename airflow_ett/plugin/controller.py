@@ -120,7 +120,7 @@ def snapshot(tasks: Sequence[TrainTask], config: TenantsConfig, store: EttStore,
     live = {t.job: live_state(store.job_events(t.job), now=now, day_start=day_start)
             for t in tasks if t.state == "running" and t.job not in (yielding or {})}
     return fleet_state(tasks, live, config.tenants, capacity_gpus=config.fleet_gpus, now=now,
-                       checkpoint_wait_s=config.checkpoint_wait_s, yielding=yielding)
+                       wait_price=config.checkpoint_wait_price, yielding=yielding)
 
 
 def _job_dir(work_dir: Path, task: TrainTask) -> Path:
@@ -220,7 +220,7 @@ def act(state: FleetState, decisions: Sequence[Decision], tasks: Sequence[TrainT
             write_request(_job_dir(work_dir, by_job[p.victim]), PreemptRequest(
                 victim=p.victim, for_job=p.for_job, reason=p.reason, requested_at=now,
                 grace_s=policy.grace_s, resume_after_s=config.resume_after_s, mode=p.mode,
-                leave_by=leave_by_for(p.mode, now, p.yield_in_s, state.checkpoint_wait_s),
+                leave_by=leave_by_for(p.mode, now, p.yield_in_s),
                 skip_save=p.skip_save))
             tick.requested.append(p.victim)
             log.warning("%s", p.reason)

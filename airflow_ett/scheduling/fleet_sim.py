@@ -62,8 +62,9 @@ and restarts where it is (restart, then recovery), keeping its GPUs.
 
 A preemption, by where the victim is when asked:
 
-- asked to yield `at_checkpoint` (the stage-aware order, when its next periodic
-  checkpoint commits within `checkpoint_wait_s`): it trains on, and leaves the moment that
+- asked to yield `at_checkpoint` (the stage-aware order, when the work its next periodic
+  checkpoint saves is worth the waiting job's wait at the fleet's price, `wait_price`:
+  `victims.yield_plan`): it trains on, and leaves the moment that
   checkpoint commits (or it finishes): nothing lost but the restart. Its GPUs are promised
   to the waiting job meanwhile (it is left out of `choose`'s state, as a victim on its
   way out). If the waiting job starts before that on GPUs that freed up otherwise, the
@@ -95,9 +96,12 @@ What is counted (GPU-seconds: seconds x the job's GPUs)
   `restart` (the startups of attempts after a preemption, as far as they ran) and `save`
   (exit saves, and periodic saves cut short);
 - lost to failures: `unsaved` and `restart` likewise (no save: a failure saves nothing);
-- held GPU-seconds (from a start to the finish or the exit) and new-data training
-  GPU-seconds: fleet ETT% is the second over the first. Replay is not counted lost again:
-  it redoes the training whose loss was counted when it was thrown away;
+- held GPU-seconds (from a start to the finish or the exit), new-data training
+  GPU-seconds and E2E GPU-seconds (arrival to the finish, or to the end for a job not
+  finished: the wait included, as the ETT model's E2E runs from submission): fleet ETT% is
+  new-data training over E2E, GPU-seconds over GPU-seconds, as every fleet figure
+  (DESIGN.md section 1: a 16-GPU job weighs 16 times a 1-GPU one). Replay is not counted
+  lost again: it redoes the training whose loss was counted when it was thrown away;
 - waits: from the first arrival to the first start (`JobOutcome.first_wait_s`), and all
   the time spent waiting (`waited_s`, after preemptions too). A job not started when the
   simulation ends counts its wait so far.
@@ -116,6 +120,8 @@ from typing import Final, Literal, get_args
 
 from airflow_ett.rollup.figures import percentile
 from airflow_ett.scheduling.model import (
+    DEFAULT_WAIT_PRICE,
+    MAX_WAIT_PRICE,
     Decision,
     FleetState,
     Preemption,
@@ -270,12 +276,13 @@ class JobOutcome:
     startup_s: float
     save_s: float
     killed_s: float
+    e2e_s: float = 0.0  # arrival to the finish (to the end when not finished)
 
 
 @dataclass(frozen=True, slots=True)
 class SimulationResult:
     """One policy's run: every job that arrived by the end, every preemption applied, and
-    the fleet's sums (GPU-seconds)."""
+    the fleet's sums (GPU-seconds; `ett_pct` is new-data training over E2E)."""
 
     policy: Policy
     capacity_gpus: int
@@ -287,13 +294,14 @@ class SimulationResult:
     lost_to_failures: LostGpuSeconds
     held_gpu_s: float
     new_gpu_s: float
+    e2e_gpu_s: float
     peak_gpus: int
     withdrawn_yields: int = 0
     rounds: tuple[Round, ...] = ()
 
     @property
     def ett_pct(self) -> float:
-        return 100.0 * self.new_gpu_s / self.held_gpu_s if self.held_gpu_s > 0 else 0.0
+        return 100.0 * self.new_gpu_s / self.e2e_gpu_s if self.e2e_gpu_s > 0 else 0.0
 
     @property
     def finished(self) -> int:
@@ -335,7 +343,7 @@ def summarise(results: Sequence[SimulationResult], *, high_priority: int) -> Pol
     jobs = [j for r in results for j in r.jobs]
     high = [j for j in jobs if j.priority >= high_priority]
     waits = [j.first_wait_s for j in high]
-    held = sum(r.held_gpu_s for r in results)
+    e2e = sum(r.e2e_gpu_s for r in results)
     preemptions = [p for r in results for p in r.preemptions]
     return PolicySummary(
         policy=results[0].policy, runs=len(results), jobs=len(jobs),
@@ -345,7 +353,7 @@ def summarise(results: Sequence[SimulationResult], *, high_priority: int) -> Pol
         high_priority=high_priority, high_jobs=len(high),
         high_not_started=sum(1 for j in high if j.first_start is None),
         high_wait_p50_s=percentile(waits, 50), high_wait_p90_s=percentile(waits, 90),
-        ett_pct=100.0 * sum(r.new_gpu_s for r in results) / held if held > 0 else 0.0,
+        ett_pct=100.0 * sum(r.new_gpu_s for r in results) / e2e if e2e > 0 else 0.0,
         preemptions=len(preemptions),
         preemptions_per_job=len(preemptions) / len(jobs) if jobs else 0.0,
         max_preemptions=max((j.preemptions for j in jobs), default=0),
@@ -358,16 +366,17 @@ def summarise(results: Sequence[SimulationResult], *, high_priority: int) -> Pol
 
 def simulate(arrivals: Iterable[JobArrival], tenants: Mapping[str, TenantPolicy],
              capacity_gpus: int, policy: Policy, *, until: float | None = None,
-             resume_after_s: float = 30.0, checkpoint_wait_s: float = 0.0,
+             resume_after_s: float = 30.0, wait_price: float = DEFAULT_WAIT_PRICE,
              keep_rounds: bool = False) -> SimulationResult:
     """Run the fleet under `policy` until `until` (None: until every job finished), from
-    the first arrival. `checkpoint_wait_s` is `FleetState.checkpoint_wait_s` (0: every
+    the first arrival. `wait_price` is `FleetState.wait_price` (`MAX_WAIT_PRICE`: every
     victim yields now). `keep_rounds` keeps every `choose` call (`SimulationResult.rounds`).
     Bad input raises `FleetSimError`, naming the job, the field and the value."""
     jobs = list(arrivals)
     _check_run(tenants, capacity_gpus, policy, until, resume_after_s)
-    if not (math.isfinite(checkpoint_wait_s) and checkpoint_wait_s >= 0):
-        raise FleetSimError(f"checkpoint_wait_s: {checkpoint_wait_s!r} is not a duration >= 0")
+    if not 0 <= wait_price <= MAX_WAIT_PRICE:
+        raise FleetSimError(f"wait_price: {wait_price!r} is not a number in [0, "
+                            f"{MAX_WAIT_PRICE:g}]")
     for job in jobs:
         check_arrival(job, tenants, capacity_gpus)
     names = [j.job for j in jobs]
@@ -375,7 +384,7 @@ def simulate(arrivals: Iterable[JobArrival], tenants: Mapping[str, TenantPolicy]
         twice = sorted({n for n in names if names.count(n) > 1})
         raise FleetSimError(f"job: {', '.join(map(repr, twice))} arrives more than once")
     return _Fleet(jobs, dict(tenants), capacity_gpus, policy, until=until,
-                  resume_after_s=resume_after_s, checkpoint_wait_s=checkpoint_wait_s,
+                  resume_after_s=resume_after_s, wait_price=wait_price,
                   keep_rounds=keep_rounds).run()
 
 
@@ -533,14 +542,14 @@ class _Fleet:
 
     def __init__(self, arrivals: Sequence[JobArrival], tenants: dict[str, TenantPolicy],
                  capacity: int, policy: Policy, *, until: float | None,
-                 resume_after_s: float, checkpoint_wait_s: float, keep_rounds: bool) -> None:
+                 resume_after_s: float, wait_price: float, keep_rounds: bool) -> None:
         self.tenants = tenants
         self.capacity = capacity
         self.policy = policy
         self.order = _ORDERS[policy]
         self.until = until
         self.resume_after_s = resume_after_s
-        self.checkpoint_wait_s = checkpoint_wait_s
+        self.wait_price = wait_price
         self.withdrawn_yields = 0
         self.keep_rounds = keep_rounds
         self.jobs = {a.job: _Job(a, tenants[a.tenant], sorted(a.failures_at_s))
@@ -820,7 +829,7 @@ class _Fleet:
         state = FleetState(now=self.now, capacity_gpus=self.capacity, tenants=self.tenants,
                            waiting=tuple(self._waiting_view(j) for j in wanting),
                            running=tuple(self._running_view(j) for j in owners),
-                           checkpoint_wait_s=self.checkpoint_wait_s)
+                           wait_price=self.wait_price)
         decisions = choose(state, order=self.order)
         if self.keep_rounds:
             self.rounds.append(Round(self.now, state, tuple(decisions)))
@@ -1013,7 +1022,8 @@ class _Fleet:
             jobs=tuple(outcomes), preemptions=tuple(self.applied),
             lost_to_preemption=self.lost.frozen(), lost_to_failures=self.lost_failures.frozen(),
             held_gpu_s=sum(o.held_s * o.gpus for o in outcomes),
-            new_gpu_s=sum(o.new_s * o.gpus for o in outcomes), peak_gpus=self.peak,
+            new_gpu_s=sum(o.new_s * o.gpus for o in outcomes),
+            e2e_gpu_s=sum(o.e2e_s * o.gpus for o in outcomes), peak_gpus=self.peak,
             withdrawn_yields=self.withdrawn_yields, rounds=tuple(self.rounds))
 
 
@@ -1025,4 +1035,5 @@ def _outcome(job: _Job, end: float) -> JobOutcome:
         first_wait_s=(end if start is None else start) - job.spec.arrival,
         waited_s=job.waited_s, preemptions=len(job.preempted_at), failures=job.failed,
         held_s=job.held_s, new_s=job.new_s, replay_s=job.replay_s, startup_s=job.startup_s,
-        save_s=job.save_s, killed_s=job.killed_s)
+        save_s=job.save_s, killed_s=job.killed_s,
+        e2e_s=(end if job.finished_at is None else job.finished_at) - job.spec.arrival)

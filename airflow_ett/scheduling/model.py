@@ -128,20 +128,31 @@ class RunningJob:
         return self.unsaved_s * self.gpus
 
 
+#: The default price of a waiting job's wait for a victim's checkpoint (the tenants file's
+#: `[scheduling] checkpoint_wait_price`; `FleetState.wait_price`), chosen with
+#: bench/preemption.py on three fleets (docs/decisions/0015-preemption.md).
+DEFAULT_WAIT_PRICE: Final = 0.25
+#: The highest price the tenants file takes: far above any fleet's break-even (a waiting
+#: GPU-second worth a million GPU-seconds of a victim's work: victims never wait).
+MAX_WAIT_PRICE: Final = 1e6
+
+
 @dataclass(frozen=True, slots=True)
 class FleetState:
     """What a decision sees: the GPUs, the tenants' policies, who waits and who runs.
 
-    `checkpoint_wait_s` is the longest a waiting job is made to wait for a victim's next
-    periodic checkpoint (`at_checkpoint` yields; the tenants file's `[scheduling]
-    checkpoint_wait_s`); 0: victims always yield `now`."""
+    `wait_price` prices a waiting job's wait for a victim's next periodic checkpoint (the
+    tenants file's `[scheduling] checkpoint_wait_price`): a victim yields `at_checkpoint`
+    only when the work that saves (GPU-seconds) is at least `wait_price` x the waiting
+    job's GPUs x the longer wait x its priority's weight (`victims.yield_plan`); 0: every
+    victim whose next checkpoint is known waits for it, `MAX_WAIT_PRICE`: none does."""
 
     now: float
     capacity_gpus: int
     tenants: dict[str, TenantPolicy]
     waiting: tuple[WaitingJob, ...] = ()
     running: tuple[RunningJob, ...] = ()
-    checkpoint_wait_s: float = 0.0
+    wait_price: float = DEFAULT_WAIT_PRICE
 
     @property
     def free_gpus(self) -> int:

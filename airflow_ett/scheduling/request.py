@@ -20,10 +20,10 @@ Two modes (`model.YieldMode`, version 2; a version 1 file is a `now` request):
 - `at_checkpoint`: nobody signals; the trainer looks for the file at each periodic save
   and leaves right after the save it finds it at has committed, saving nothing more
   (exit 75). `leave_by` is when that is expected at the latest (`leave_by_for`: the
-  decision's `yield_in_s` plus `LEAVE_BY_MARGIN_S`, never more than the fleet's
-  `checkpoint_wait_s` plus the margin): past it, the task falls back to the `now` path,
-  and past `leave_by + grace_s` the controller rewrites it as a `now` request (one the
-  trainer claimed it only reports: that trainer is leaving already).
+  decision's `yield_in_s`, the wait it priced, plus `LEAVE_BY_MARGIN_S`): past it, the
+  task falls back to the `now` path, and past `leave_by + grace_s` the controller
+  rewrites it as a `now` request (one the trainer claimed it only reports: that trainer
+  is leaving already).
 
 The claim: the trainer that finds an `at_checkpoint` request takes it
 (`claim_request`: renamed to `preempt_request.claimed.json`) before it decides to leave.
@@ -105,16 +105,15 @@ class PreemptRequest:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
 
 
-def leave_by_for(mode: YieldMode, requested_at: float, yield_in_s: float,
-                 checkpoint_wait_s: float) -> float:
+def leave_by_for(mode: YieldMode, requested_at: float, yield_in_s: float) -> float:
     """When a victim asked at `requested_at` is expected to have left at the latest: for
-    `at_checkpoint`, the decision's `yield_in_s` plus `LEAVE_BY_MARGIN_S`, bounded by the
-    fleet's `checkpoint_wait_s` plus the margin (a wrong estimate never makes the waiting
-    job wait longer than the tenants file allows); for `now`, `requested_at` itself."""
+    `at_checkpoint`, the decision's `yield_in_s` (the wait the decision priced against the
+    work it saves: a checkpoint later than estimated makes the task fall back to leaving
+    at once, so the waiting job never waits much longer than was priced) plus
+    `LEAVE_BY_MARGIN_S`; for `now`, `requested_at` itself."""
     if mode == "now":
         return requested_at
-    wait = min(max(0.0, yield_in_s), max(0.0, checkpoint_wait_s))
-    return requested_at + wait + LEAVE_BY_MARGIN_S
+    return requested_at + max(0.0, yield_in_s) + LEAVE_BY_MARGIN_S
 
 
 def _text(field: str, value: Any) -> str:

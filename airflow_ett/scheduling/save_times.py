@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from airflow_ett.rollup.figures import percentile
-from airflow_ett.scheduling.model import TenantPolicy
+from airflow_ett.scheduling.model import MAX_WAIT_PRICE, TenantPolicy
 
 #: The percentile of a tenant's save times that its grace should cover.
 SAVE_PCT: Final = 90.0
@@ -65,11 +65,11 @@ def seconds(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def grace_line(check: GraceCheck, *, days: int, checkpoint_wait_s: float) -> str:
+def grace_line(check: GraceCheck, *, days: int, wait_price: float) -> str:
     """The line `tenants check` prints for one tenant: a `warning:` when its grace is too
     short (what it costs, and the two ways out), otherwise what was compared or why
-    nothing was. `checkpoint_wait_s` is the fleet's `[scheduling]` knob: at 0 it cannot be
-    relied on, and the warning says to set it instead."""
+    nothing was. `wait_price` is the fleet's `[scheduling] checkpoint_wait_price`: the
+    lower, the more often a victim waits for its checkpoint instead of yielding at once."""
     window = f"last {days} day{'s' if days != 1 else ''}"
     grace = f"grace_s {seconds(check.grace_s)} s"
     if check.p90_s is None:
@@ -82,11 +82,10 @@ def grace_line(check: GraceCheck, *, days: int, checkpoint_wait_s: float) -> str
                 "applies")
     if not check.too_short:
         return f"tenant {check.tenant}: {grace} covers {measured}"
-    if checkpoint_wait_s > 0:
-        way_out = "raise grace_s, or rely on [scheduling] checkpoint_wait_s"
-    else:
-        way_out = ("raise grace_s, or set [scheduling] checkpoint_wait_s above 0 (now 0: "
-                   "every victim yields at once)")
+    now = f"{wait_price:g}" + (": every victim yields at once"
+                               if wait_price >= MAX_WAIT_PRICE else "")
+    way_out = (f"raise grace_s, or lower [scheduling] checkpoint_wait_price (now {now}), so "
+               "that victims wait for their next checkpoint more often")
     return (f"warning: tenant {check.tenant}: {grace} is shorter than {measured}: a job "
             "preempted at once is killed before its checkpoint commits and loses its work "
             f"since the last one; {way_out}")

@@ -33,6 +33,7 @@ from typing import Final, Literal
 
 from airflow_ett.scheduling.live import LiveState, running_job
 from airflow_ett.scheduling.model import (
+    DEFAULT_WAIT_PRICE,
     POOL_PREFIX,
     FleetState,
     RunningJob,
@@ -68,7 +69,7 @@ def tenant_of_pool(pool: str) -> str | None:
 
 def fleet_state(tasks: Iterable[TrainTask], live: Mapping[str, LiveState | None],
                 tenants: Mapping[str, TenantPolicy], *, capacity_gpus: int,
-                now: float, checkpoint_wait_s: float = 0.0,
+                now: float, wait_price: float = DEFAULT_WAIT_PRICE,
                 yielding: Mapping[str, PreemptRequest] | None = None) -> FleetState:
     """`live` maps a running task's job to its live state (None: nothing reported);
     `yielding` a yielding victim's job to its pending request (see the module docstring)."""
@@ -101,7 +102,7 @@ def fleet_state(tasks: Iterable[TrainTask], live: Mapping[str, LiveState | None]
                                       waiting_since=task.since))
     return FleetState(now=now, capacity_gpus=max(capacity_gpus, sum(r.gpus for r in running)),
                       tenants=dict(tenants), waiting=tuple(waiting), running=tuple(running),
-                      checkpoint_wait_s=checkpoint_wait_s)
+                      wait_price=wait_price)
 
 
 @dataclass(frozen=True, slots=True)

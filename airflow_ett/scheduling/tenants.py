@@ -31,7 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from airflow_ett.scheduling.model import TenantPolicy, pool_name
+from airflow_ett.scheduling.model import (
+    DEFAULT_WAIT_PRICE,
+    MAX_WAIT_PRICE,
+    TenantPolicy,
+    pool_name,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -50,9 +55,13 @@ _REQUIRED: Final = {
     "quota_gpus": "a whole number >= 0: the GPUs the tenant is guaranteed",
 }
 _SCHEDULING_FIELDS: Final = ("aging_per_hour", "default_queue", "cpu_queue", "capacity_gpus",
-                              "preemption", "resume_after_s", "checkpoint_wait_s")
-#: How long a waiting job may be made to wait for a victim's next checkpoint, by default.
-DEFAULT_CHECKPOINT_WAIT_S: Final = 1800.0
+                              "preemption", "resume_after_s", "checkpoint_wait_price")
+#: Fields of earlier versions of the file, and what replaced them.
+_REPLACED: Final = {
+    "checkpoint_wait_s": "checkpoint_wait_price, a price on the waiting job's wait instead "
+                         "of a bound (docs/decisions/0015-preemption.md): remove it, or set "
+                         f"checkpoint_wait_price (default {DEFAULT_WAIT_PRICE:g})",
+}
 DEFAULT_AGING_PER_HOUR: Final = 1.0
 DEFAULT_QUEUE: Final = "gpu"
 DEFAULT_CPU_QUEUE: Final = "cpu"
@@ -82,9 +91,10 @@ class TenantsConfig:
     a rescheduled try that arrives after the task was queued again as a failed try, so a
     retry is spent; 5 s did that once on a loaded 2-core machine, the 30 s default
     leaves room);
-    `checkpoint_wait_s` the longest a waiting job is made to wait for a victim's next
-    periodic checkpoint (an `at_checkpoint` yield, which loses no work); 0: victims yield
-    at once.
+    `checkpoint_wait_price` what a waiting job's wait for a victim's next periodic
+    checkpoint costs (an `at_checkpoint` yield, which loses no work, is chosen when the
+    work it saves is worth the wait: `FleetState.wait_price`); 0: a victim always waits
+    for a known checkpoint, `MAX_WAIT_PRICE`: never.
     """
 
     tenants: dict[str, TenantPolicy]
@@ -96,7 +106,7 @@ class TenantsConfig:
     capacity_gpus: int | None = None
     preemption: bool = False
     resume_after_s: float = 30.0
-    checkpoint_wait_s: float = DEFAULT_CHECKPOINT_WAIT_S
+    checkpoint_wait_price: float = DEFAULT_WAIT_PRICE
 
     @property
     def fleet_gpus(self) -> int:
@@ -201,6 +211,7 @@ def _scheduling(where: str, entry: object) -> dict[str, Any]:
     here = f"{where}: [scheduling]"
     if not isinstance(entry, dict):
         raise TenantsError(f"{here}: must be a table, got {_shown(entry)}")
+    _refuse_replaced(here, entry)
     _check_keys(here, entry, _SCHEDULING_FIELDS)
     knobs: dict[str, Any] = {}
     if "aging_per_hour" in entry:
@@ -217,10 +228,25 @@ def _scheduling(where: str, entry: object) -> dict[str, Any]:
         knobs["preemption"] = _flag(f"{here}: preemption", entry["preemption"])
     if "resume_after_s" in entry:
         knobs["resume_after_s"] = _seconds(f"{here}: resume_after_s", entry["resume_after_s"])
-    if "checkpoint_wait_s" in entry:
-        knobs["checkpoint_wait_s"] = _seconds(f"{here}: checkpoint_wait_s",
-                                              entry["checkpoint_wait_s"])
+    if "checkpoint_wait_price" in entry:
+        knobs["checkpoint_wait_price"] = _wait_price(f"{here}: checkpoint_wait_price",
+                                                     entry["checkpoint_wait_price"])
     return knobs
+
+
+def _refuse_replaced(here: str, entry: Mapping[str, object]) -> None:
+    for key, instead in _REPLACED.items():
+        if key in entry:
+            raise TenantsError(f"{here}: {key}: replaced by {instead}")
+
+
+def _wait_price(here: str, value: object) -> float:
+    what = (f"a number in [0, {MAX_WAIT_PRICE:g}] (GPU-seconds of a victim's work that a "
+            "waiting GPU-second is worth)")
+    price = _number(here, value, strict=False, what=what)
+    if price > MAX_WAIT_PRICE:
+        raise TenantsError(f"{here}: {_shown(value)} is not {what}")
+    return price
 
 
 def _check_keys(here: str, entry: Mapping[str, object], known: tuple[str, ...]) -> None:

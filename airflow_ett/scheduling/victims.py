@@ -36,32 +36,55 @@ Rules 5-7 are what the stage-aware policy adds: the `classic` order (Kueue-like,
 fleet simulation compares ours with) knows nothing of stages, so it applies rules 1-4 only.
 The orders differ otherwise only in which eligible victims they prefer:
 
-- `stage_aware`: the least expected loss in GPU-seconds first (`yield_plan`: the restart
-  it will pay, plus what leaving costs: nothing more when it yields at its next
-  checkpoint, its exit save when that fits its grace, else its unsaved work), then the
-  sooner it can leave, then the least unsaved work, then the lowest priority, then the
-  most recently admitted, then the job id;
+- `stage_aware`: the least expected loss in GPU-seconds (`yield_plan`: the restart it will
+  pay, plus what leaving costs: nothing more when it yields at its next checkpoint, its
+  exit save when that fits its grace, else its unsaved work), plus the price of the
+  waiting job's wait until the victim leaves (below); then the sooner it can leave, the
+  least unsaved work, the lowest priority, the most recently admitted, the job id;
 - `classic`: tenants that borrow (held > quota when W is considered) first, then the
   lowest priority, then the most recently admitted, then the job id.
 
-How a victim yields (`Preemption.mode`). The stage-aware order asks a victim whose next
-periodic checkpoint is expected within `FleetState.checkpoint_wait_s` to keep training
-until that checkpoint commits and leave then (`at_checkpoint`): it loses no work and
-saves nothing more, and the waiting job waits `yield_in_s` for it. Any other victim, and
-every victim of the classic order (which knows no checkpoints, as Kueue), yields `now`:
-it stops, saves within its tenant's grace, and leaves; a stage-aware victim whose exit
-save is known not to fit its grace leaves without saving (`skip_save`).
+How a victim yields (`Preemption.mode`), and the price of waiting. The stage-aware order
+may ask a victim whose next periodic checkpoint is known to keep training until that
+checkpoint commits and leave then (`at_checkpoint`): it loses no work and saves nothing
+more, but the waiting job waits for it. That wait is a decision with a price, one knob
+(`FleetState.wait_price`, the tenants file's `checkpoint_wait_price`): the victim waits for
+its checkpoint when the work this saves (what yielding now would lose: its exit save, or
+its unsaved work, in GPU-seconds) is at least
 
-Free just enough: the eligible victims are taken greedily in that order until the free
-GPUs plus the freed ones cover W (re-checking rule 3 with the tenant's GPUs after the
-earlier picks); if all of them cannot cover it, nobody is preempted for W. Then, like
+    wait_price x weight(W's priority) x W's GPUs x (checkpoint's commit - leaving now)
+
+that is, the waiting job's idle GPU-seconds, weighted by its priority's place among the
+tenants' (1 for the highest priority, falling linearly to 0 at the lowest: the higher the
+priority, the dearer its wait). "Leaving now" counts as the victim's grace at least: the
+tenants file already lets any victim take its grace to leave (the classic order's victims
+hold it until the kill), so a checkpoint within it is always waited for. Any other
+victim, and every victim of the classic order (which knows no checkpoints, as Kueue),
+yields `now`: it stops, saves within its tenant's grace, and leaves; a stage-aware victim
+whose exit save is known not to fit its grace leaves without saving (`skip_save`). The
+same price ranks the victim sets: a set costs its victims' expected losses plus
+`wait_price x weight x W's GPUs x` the latest of their yields. Why a price and not a
+bound on the wait: a bound makes every waiting job wait up to it whatever it saves (a
+big high-priority job waits half an hour to save a 1-GPU job's minutes), and a priced wait
+lets the operator trade GPU-hours lost against the high-priority waits
+(bench/preemption.py prints the trade per fleet).
+
+Which set (`victim_sets`): rule 3 holds for a set of one tenant's victims in some pick
+order exactly when those other than its largest add up to less than what the tenant holds
+over its guarantee (take the largest last). Among the allowed sets that free enough GPUs
+for W (the free ones plus the freed), the stage-aware order takes the cheapest (a bounded
+branch-and-bound; see `victim_sets` for why bounded), the classic order the first in its
+preference order (greedy, and backtracking where greedy falls short: a tenant 4 over its
+quota of 8 with jobs of 4 and 8 GPUs, preferring the 4, cannot yield both, but yields the 8
+alone). A feasible set is always found when one exists; when none does, nobody is
+preempted for W and the reason says what blocked: the rule each ineligible job breaks,
+and the tenants whose guarantee lets only part of their eligible jobs go. Then, like
 Kueue, the picks are walked back from the last to the first and any victim whose removal
 still leaves enough is dropped: the set is minimal (dropping any one victim would not
-suffice). Dropping a victim only leaves its tenant holding more, so rule 3 still holds for
-the victims that stay, each checked against its tenant's GPUs before it in the final set.
-A tenant at its limit is not helped by preempting its own jobs (no swap within a tenant),
-and a job that waits reserves nothing: a later, smaller job may use the free GPUs
-(backfill, as Airflow's pools would run it anyway).
+suffice). The victims are reported in an order that takes each while its tenant is still
+over its guarantee. A tenant at its limit is not helped by preempting its own jobs (no
+swap within a tenant), and a job that waits reserves nothing: a later, smaller job may use
+the free GPUs (backfill, as Airflow's pools would run it anyway).
 """
 
 from __future__ import annotations
@@ -73,6 +96,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from airflow_ett.scheduling.model import (
+    MAX_WAIT_PRICE,
     STAGES,
     Decision,
     FleetState,
@@ -82,6 +106,13 @@ from airflow_ett.scheduling.model import (
     VictimOrder,
     WaitingJob,
     YieldMode,
+)
+from airflow_ett.scheduling.victim_sets import (
+    Candidate,
+    minimise,
+    most_freeable,
+    pick_order,
+    search,
 )
 
 #: The rules a running job can break for a waiting job (plus `taken`: already a victim of
@@ -153,22 +184,36 @@ class YieldPlan:
         return (self.restart_s + self.exit_s + self.unsaved_s) * self.gpus
 
 
-def yield_plan(state: FleetState, running: RunningJob, *,
+def yield_plan(state: FleetState, running: RunningJob, waiting: WaitingJob, *,
                order: VictimOrder = "stage_aware") -> YieldPlan:
-    """How `running` would yield if taken now (see the module docstring), and its cost.
+    """How `running` would yield if taken for `waiting` now (see the module docstring),
+    and its cost.
 
-    `now`: an exit save known to fit the tenant's grace costs that save; one known not to
-    fit would be cut by the kill at the end of the grace, so the victim skips it and leaves
-    at once (`skip_save`), losing its unsaved work (the classic order knows no saves: its
-    victim tries, holds the grace and is killed); an unknown exit save is taken to fit
-    and to cost the grace at most, with the unsaved work as what is at risk (the order of
-    old: least unsaved first)."""
+    `at_checkpoint` (stage-aware, its next checkpoint known): when the work it saves over
+    yielding now (its exit save, or its unsaved work) is worth the waiting job's longer
+    wait at the fleet's price (`wait_rate`); the wait within the victim's grace is free
+    (the tenants file lets any victim take that long to leave). `now`: an exit save known
+    to fit the tenant's grace costs that save; one known not to fit would be cut by the
+    kill at the end of the grace, so the victim skips it and leaves at once (`skip_save`),
+    losing its unsaved work (the classic order knows no saves: its victim tries, holds the
+    grace and is killed); an unknown exit save is taken to fit and to cost the grace at
+    most, with the unsaved work as what is at risk."""
+    now = _yield_now_plan(state, running, order)
+    upcoming = running.next_checkpoint_in_s
+    if order != "stage_aware" or upcoming is None:
+        return now
+    at = YieldPlan("at_checkpoint", upcoming, running.restart_s, 0.0, 0.0, running.gpus)
+    grace = state.tenants[running.tenant].grace_s
+    longer = upcoming - max(now.yield_in_s, grace)
+    saved = (now.exit_s + now.unsaved_s) * running.gpus  # what leaving now loses
+    if longer <= 0 or saved >= wait_rate(state, waiting) * longer:
+        return at
+    return now
+
+
+def _yield_now_plan(state: FleetState, running: RunningJob, order: VictimOrder) -> YieldPlan:
     grace = state.tenants[running.tenant].grace_s
     restart, gpus = running.restart_s, running.gpus
-    upcoming = running.next_checkpoint_in_s
-    if (order == "stage_aware" and upcoming is not None
-            and upcoming <= state.checkpoint_wait_s):
-        return YieldPlan("at_checkpoint", upcoming, restart, 0.0, 0.0, gpus)
     save = running.exit_save_s
     if save is None:
         return YieldPlan("now", grace, restart, 0.0, running.unsaved_s, gpus)
@@ -177,6 +222,18 @@ def yield_plan(state: FleetState, running: RunningJob, *,
     if order == "classic":  # it knows no saves: the victim tries, and the kill cuts it
         return YieldPlan("now", grace, restart, grace, running.unsaved_s, gpus)
     return YieldPlan("now", 0.0, restart, 0.0, running.unsaved_s, gpus, skip_save=True)
+
+
+def wait_rate(state: FleetState, waiting: WaitingJob) -> float:
+    """What a second of `waiting`'s wait costs, in GPU-seconds of a victim's work:
+    `wait_price` x its GPUs x its priority's weight, 1 at the tenants' highest priority
+    falling linearly to 0 at their lowest (1 when they all have one priority)."""
+    priorities = [t.priority for t in state.tenants.values()]
+    low, high = min(priorities), max(priorities)
+    weight = 1.0 if high == low else min(1.0, max(0.0, (waiting.priority - low) / (high - low)))
+    if weight == 0.0 or state.wait_price == 0.0:
+        return 0.0
+    return state.wait_price * weight * waiting.gpus
 
 
 def service_order(waiting: Iterable[WaitingJob]) -> list[WaitingJob]:
@@ -280,22 +337,36 @@ def _decide(state: FleetState, fleet: _Working, waiting: WaitingJob,
             f"waits: wants {_gpus(waiting.gpus)}, more than the fleet's "
             f"{state.capacity_gpus}"))
     lacking = waiting.gpus - fleet.free
-    candidates, broken = _candidates(state, fleet, waiting, order)
-    picked, skipped = _greedy(state, fleet, candidates, lacking)
-    broken["guarantee"] += skipped
-    freed = sum(r.gpus for r in picked)
-    if freed < lacking:
-        return Decision(waiting.job, reason=_waits_reason(waiting, fleet.free, freed, broken))
-    kept = _minimise(picked, lacking)
-    notes = tuple(f"{r.job} was picked, then dropped: the other victims free enough"
-                  for r in picked if r not in kept)
+    eligible, plans, broken = _candidates(state, fleet, waiting, order)
+    over = {name: fleet.held[name] - p.quota_gpus for name, p in state.tenants.items()}
+    most = most_freeable(eligible, over)
+    if sum(c.gpus for group in most.values() for c in group) < lacking:
+        return Decision(waiting.job, reason=_waits_reason(state, fleet, waiting, eligible,
+                                                          most, broken))
+    found, kept = _victim_set(eligible, over, most, lacking,
+                              wait_rate(state, waiting) if order == "stage_aware" else None)
+    notes = tuple(f"{c.job} was picked, then dropped: the other victims free enough"
+                  for c in found if c not in kept)
     free_before = fleet.free
-    preemptions = _commit(state, fleet, waiting, kept, order)
-    freed = sum(r.gpus for r in kept)
-    names = ", ".join(r.job for r in kept)
+    by_job = {r.job: r for r in state.running}
+    preemptions = _commit(state, fleet, waiting, [by_job[c.job] for c in kept], plans)
+    freed = sum(c.gpus for c in kept)
+    names = ", ".join(c.job for c in kept)
     return Decision(waiting.job, preemptions, notes=notes, reason=(
         f"frees {_gpus(freed)} for the {lacking} it lacks ({waiting.gpus} wanted, "
         f"{free_before} free), from {len(kept)} job{'s' if len(kept) > 1 else ''}: {names}"))
+
+
+def _victim_set(eligible: Sequence[Candidate], over: dict[str, int],
+                most: dict[str, list[Candidate]], lacking: int, rate: float | None
+                ) -> tuple[list[Candidate], list[Candidate]]:
+    """The set found (`victim_sets.search`; past its bound, the most each tenant can
+    yield, known to suffice) and what stays of it once minimised, in pick order."""
+    found = search(eligible, over, lacking, wait_rate=rate)
+    if found is None:
+        most_jobs = {c.job for group in most.values() for c in group}
+        found = [c for c in eligible if c.job in most_jobs]
+    return found, pick_order(minimise(found, lacking))
 
 
 def _reserve(fleet: _Working, waiting: WaitingJob, *, freed: int) -> None:
@@ -303,10 +374,10 @@ def _reserve(fleet: _Working, waiting: WaitingJob, *, freed: int) -> None:
     fleet.held[waiting.tenant] += waiting.gpus
 
 
-def _candidates(state: FleetState, fleet: _Working, waiting: WaitingJob,
-                order: VictimOrder) -> tuple[list[RunningJob], Counter[Rule]]:
+def _candidates(state: FleetState, fleet: _Working, waiting: WaitingJob, order: VictimOrder
+                ) -> tuple[list[Candidate], dict[str, YieldPlan], Counter[Rule]]:
     """The running jobs that may be taken for `waiting` as the round stands, most preferred
-    first, and how many break each rule."""
+    first, how each would yield, and how many break each rule."""
     eligible: list[RunningJob] = []
     broken: Counter[Rule] = Counter()
     for running in state.running:
@@ -319,60 +390,33 @@ def _candidates(state: FleetState, fleet: _Working, waiting: WaitingJob,
             eligible.append(running)
         else:
             broken[rule.rule] += 1
+    plans = {r.job: yield_plan(state, r, waiting, order=order) for r in eligible}
     if order == "stage_aware":
-        plans = {r.job: yield_plan(state, r) for r in eligible}
-        eligible.sort(key=lambda r: (plans[r.job].lost_gpu_s, plans[r.job].yield_in_s,
-                                     r.unsaved_gpu_s, r.priority, -r.admitted_at, r.job))
+        rate = wait_rate(state, waiting)
+        eligible.sort(key=lambda r: (
+            plans[r.job].lost_gpu_s + rate * plans[r.job].yield_in_s, plans[r.job].yield_in_s,
+            r.unsaved_gpu_s, r.priority, -r.admitted_at, r.job))
     else:
         borrowing = {t: fleet.held[t] > p.quota_gpus for t, p in state.tenants.items()}
         eligible.sort(key=lambda r: (not borrowing[r.tenant], r.priority, -r.admitted_at,
                                      r.job))
-    return eligible, broken
-
-
-def _greedy(state: FleetState, fleet: _Working, candidates: Sequence[RunningJob],
-            lacking: int) -> tuple[list[RunningJob], int]:
-    """Take candidates in order until `lacking` GPUs are freed, each only while its tenant
-    is still over its guarantee; also returns how many were skipped for that."""
-    held = dict(fleet.held)
-    picked: list[RunningJob] = []
-    skipped = 0
-    freed = 0
-    for running in candidates:
-        if freed >= lacking:
-            break
-        if held[running.tenant] <= state.tenants[running.tenant].quota_gpus:
-            skipped += 1
-            continue
-        held[running.tenant] -= running.gpus
-        picked.append(running)
-        freed += running.gpus
-    return picked, skipped
-
-
-def _minimise(picked: Sequence[RunningJob], lacking: int) -> list[RunningJob]:
-    """Kueue's walk back: from the last pick to the first, drop a victim whose removal
-    still frees `lacking` GPUs. What stays keeps its pick order."""
-    kept = list(picked)
-    freed = sum(r.gpus for r in kept)
-    for running in reversed(picked):
-        if freed - running.gpus >= lacking:
-            kept.remove(running)
-            freed -= running.gpus
-    return kept
+    return ([Candidate(r.job, r.tenant, r.gpus, plans[r.job].lost_gpu_s,
+                       plans[r.job].yield_in_s) for r in eligible], plans, broken)
 
 
 def _commit(state: FleetState, fleet: _Working, waiting: WaitingJob,
-            victims: Sequence[RunningJob], order: VictimOrder) -> tuple[Preemption, ...]:
-    """Apply the victims and the reservation to the round's state; each victim's reason
-    is written with its tenant's GPUs just before its pick in the final set."""
+            victims: Sequence[RunningJob], plans: dict[str, YieldPlan]
+            ) -> tuple[Preemption, ...]:
+    """Apply the victims (in an order that takes each while its tenant is over its
+    guarantee) and the reservation to the round's state; each victim's reason is written
+    with its tenant's GPUs just before its pick."""
     preemptions = []
     for victim in victims:
         policy = state.tenants[victim.tenant]
         over = fleet.held[victim.tenant] - policy.quota_gpus
         fleet.held[victim.tenant] -= victim.gpus
         fleet.taken.add(victim.job)
-        plan = yield_plan(state, victim, order=order)
+        plan = plans[victim.job]
         preemptions.append(Preemption(
             victim=victim.job, victim_tenant=victim.tenant, for_job=waiting.job,
             gpus=victim.gpus, unsaved_gpu_s=plan.unsaved_s * victim.gpus,
@@ -419,9 +463,24 @@ def _how_it_yields(plan: YieldPlan, victim: RunningJob) -> str:
             "it and the unsaved work is lost")
 
 
-def _waits_reason(waiting: WaitingJob, free: int, freed: int, broken: Counter[Rule]) -> str:
-    reason = (f"waits: lacks {waiting.gpus - free} GPUs ({waiting.gpus} wanted, {free} free) "
-              f"and the jobs that may be preempted free only {freed}")
+def _waits_reason(state: FleetState, fleet: _Working, waiting: WaitingJob,
+                  eligible: Sequence[Candidate], most: dict[str, list[Candidate]],
+                  broken: Counter[Rule]) -> str:
+    """Why no set of victims frees enough: how much the eligible jobs can free at most,
+    the tenants whose guarantee lets only part of their eligible jobs go, and how many
+    running jobs break each rule."""
+    can = sum(c.gpus for group in most.values() for c in group)
+    reason = (f"waits: lacks {waiting.gpus - fleet.free} GPUs ({waiting.gpus} wanted, "
+              f"{fleet.free} free) and the jobs that may be preempted free only {can}")
+    for name in sorted(most):
+        own = sorted((c.gpus for c in eligible if c.tenant == name), reverse=True)
+        if sum(own) > (allowed := sum(c.gpus for c in most[name])):
+            quota = state.tenants[name].quota_gpus
+            reason += (f"; tenant {name}'s guarantee lets {allowed} of its eligible "
+                       f"{sum(own)} GPUs go (it holds {fleet.held[name]}, "
+                       f"{fleet.held[name] - quota} over its quota of {quota}; jobs of "
+                       f"{' + '.join(map(str, own))} GPUs, each taken only while it is "
+                       "still over)")
     counts = [f"{broken[rule]} {RULE_COUNT_LABELS[rule]}" for rule in RULES if broken[rule]]
     return reason + (f"; not eligible: {', '.join(counts)}" if counts else "")
 
@@ -441,9 +500,9 @@ def validate_state(state: FleetState) -> None:
     for key, policy in state.tenants.items():
         if key != policy.name:
             raise ValueError(f"tenants[{key!r}].name: {policy.name!r} differs from its key")
-    if not state.checkpoint_wait_s >= 0:
-        raise ValueError(f"checkpoint_wait_s: {state.checkpoint_wait_s!r} is negative or not "
-                         "a number")
+    if not 0 <= state.wait_price <= MAX_WAIT_PRICE:
+        raise ValueError(f"wait_price: {state.wait_price!r} is not a number in [0, "
+                         f"{MAX_WAIT_PRICE:g}]")
     jobs = Counter([r.job for r in state.running] + [w.job for w in state.waiting])
     twice = sorted(job for job, n in jobs.items() if n > 1)
     if twice:

@@ -23,7 +23,7 @@ TENANTS = {"ads": TenantPolicy(name="ads", priority=10, quota_gpus=2),
            "batch": TenantPolicy(name="batch", priority=1, quota_gpus=0, borrow_limit_gpus=2,
                                  min_run_s=0, grace_s=60.0)}
 CONFIG = TenantsConfig(tenants=TENANTS, source="test", digest="0", capacity_gpus=2,
-                       preemption=True, resume_after_s=5.0, checkpoint_wait_s=600.0)
+                       preemption=True, resume_after_s=5.0)
 
 
 def task(job: str, state: str, pool: str) -> TrainTask:
@@ -52,7 +52,7 @@ def look(work: Path, tasks: list[TrainTask], lives: dict[str, LiveState | None],
     yielding, tick = settle_requests(tasks, config, work, now=now)
     state = fleet_state(tasks, {k: v for k, v in lives.items() if k not in yielding},
                         config.tenants, capacity_gpus=config.fleet_gpus, now=now,
-                        checkpoint_wait_s=config.checkpoint_wait_s, yielding=yielding)
+                        wait_price=config.checkpoint_wait_price, yielding=yielding)
     return act(state, choose(state), tasks, config, work, now=now, tick=tick)
 
 

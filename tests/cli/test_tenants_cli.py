@@ -82,9 +82,10 @@ def test_check_prints_the_effective_policy(capsys: pytest.CaptureFixture[str]) -
         "quotas add up to 64)",
         "scheduling: preemption is off: the controller only logs what it would do",
         "scheduling: a preempted job may run again 30 s after its preemption (resume_after_s)",
-        "scheduling: checkpoint_wait_s 1800 s: a victim whose next periodic checkpoint commits "
-        "within 1800 s yields right after it, one further away at once, within its tenant's "
-        "grace_s",
+        "scheduling: checkpoint_wait_price 0.25: a victim yields right after its next "
+        "periodic checkpoint when the work that saves (GPU-seconds) is at least 0.25 x the "
+        "waiting job's GPUs x its longer wait x its priority's weight (1 at the highest "
+        "priority, 0 at the lowest), else at once, within its tenant's grace_s",
     ]
 
 
@@ -93,7 +94,7 @@ def test_check_prints_the_scheduling_knobs_the_file_sets(
     f = tmp_path / "t.toml"
     f.write_text(toml({"ads": (6, 2), "batch": (4, 0)})
                  + "[scheduling]\npreemption = true\nresume_after_s = 90.5\n"
-                 "checkpoint_wait_s = 0\n")
+                 "checkpoint_wait_price = 0\n")
     assert main_with_tenants(["tenants", "check", str(f), "--no-store"]) == 0
     assert capsys.readouterr().out.splitlines()[-4:] == [
         "scheduling: preemption counts free GPUs against 10 GPUs: the quotas' sum, 10 "
@@ -101,8 +102,9 @@ def test_check_prints_the_scheduling_knobs_the_file_sets(
         "scheduling: preemption is on: the controller preempts victims",
         "scheduling: a preempted job may run again 90.5 s after its preemption "
         "(resume_after_s)",
-        "scheduling: checkpoint_wait_s 0 s: every victim yields at once, within its tenant's "
-        "grace_s",
+        "scheduling: checkpoint_wait_price 0: a victim whose next periodic checkpoint is "
+        "known yields right after it, however long the waiting job waits; others at once, "
+        "within their tenant's grace_s",
     ]
 
 
@@ -215,8 +217,9 @@ def test_check_warns_of_a_grace_shorter_than_the_measured_saves(
     assert grace_lines(captured.out) == [
         "warning: tenant ads: grace_s 30 s is shorter than its jobs' p90 checkpoint save of "
         "91 s (10 saves, last 7 days): a job preempted at once is killed before its "
-        "checkpoint commits and loses its work since the last one; raise grace_s, or rely "
-        "on [scheduling] checkpoint_wait_s",
+        "checkpoint commits and loses its work since the last one; raise grace_s, or lower "
+        "[scheduling] checkpoint_wait_price (now 0.25), so that victims wait for their next "
+        "checkpoint more often",
         "tenant batch: grace_s 120 s covers its jobs' p90 checkpoint save of 59 s (2 saves, "
         "last 7 days)",
         "tenant eval: no non-final checkpoint save of its jobs in the ETT store (last 7 "

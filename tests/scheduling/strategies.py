@@ -121,7 +121,7 @@ def fleet_states(draw: st.DrawFn, *, max_tenants: int = 4, max_running: int = 10
     held = sum(r.gpus for r in running)
     return FleetState(now=NOW, capacity_gpus=held + draw(st.integers(0, max_idle_gpus)),
                       tenants=tenants, waiting=waiting, running=running,
-                      checkpoint_wait_s=draw(st.sampled_from([0.0, 600.0, 1800.0])))
+                      wait_price=draw(st.sampled_from([0.0, 0.5, 1.0, 4.0, 1e6])))
 
 
 def _within_limit(policy: TenantPolicy, running: tuple[RunningJob, ...]) -> TenantPolicy:

@@ -28,12 +28,12 @@ from airflow_ett.scheduling.fleet_sim import (
     summarise,
 )
 from airflow_ett.scheduling.fleet_workload import (
-    DEFAULT_SHARES,
     MAX_JOB_GPUS,
     TenantShare,
+    derived_shares,
     synthetic_arrivals,
 )
-from airflow_ett.scheduling.model import TenantPolicy, VictimOrder
+from airflow_ett.scheduling.model import MAX_WAIT_PRICE, TenantPolicy, VictimOrder
 from airflow_ett.scheduling.victims import choose
 
 HI = TenantPolicy("hi", priority=10, quota_gpus=1)
@@ -105,7 +105,28 @@ def test_stage_aware_preempts_once_the_minimum_run_allows_and_the_victim_still_f
     assert low.held_s == 610.0 + (3440.0 - 860.0)
     assert low.held_s == low.new_s + low.startup_s + low.save_s  # 3000 + 160 + 30
     assert result.lost_to_preemption == LostGpuSeconds(unsaved=0.0, restart=60.0, save=10.0)
-    assert result.ett_pct == pytest.approx(100.0 * 3200.0 / (3190.0 + 250.0))
+    # ETT% is GPU-seconds over GPU-seconds, E2E from arrival: low 0 -> 3440, high 500 -> 860
+    assert (low.e2e_s, hi.e2e_s) == (3440.0, 360.0)
+    assert result.e2e_gpu_s == 3440.0 + 360.0
+    assert result.ett_pct == pytest.approx(100.0 * (3000.0 + 200.0) / (3440.0 + 360.0))
+
+
+def test_fleet_ett_weighs_each_job_by_its_gpus_and_counts_its_wait() -> None:
+    """A 1-GPU job trains 900 of its 1000 s; a 4-GPU one, arriving with it, waits 1000 s
+    for the fleet's 4 GPUs and trains 500 of its 2000 s. Seconds over seconds would say
+    1400 / 3000, GPU-seconds over the GPU-seconds held 2900 / 5000 (the wait left out);
+    the fleet's ETT% is GPU-seconds over E2E GPU-seconds: 2900 / 9000."""
+    one = job("one", "hi", 0.0, 900.0, 100.0, checkpoint_interval_s=5000.0)
+    wide = dataclasses.replace(job("wide", "hi", 0.0, 500.0, 500.0,
+                                   checkpoint_interval_s=5000.0), gpus=4)
+    hi = dataclasses.replace(HI, quota_gpus=4)
+    result = simulate([one, wide], {"hi": hi, "lo": LO}, 4, "none")
+    assert [(j.job, j.e2e_s, j.new_s, j.held_s) for j in result.jobs] == [
+        ("one", 1000.0, 900.0, 1000.0), ("wide", 2000.0, 500.0, 1000.0)]
+    assert (result.new_gpu_s, result.held_gpu_s, result.e2e_gpu_s) == (2900.0, 5000.0, 9000.0)
+    assert result.ett_pct == pytest.approx(100.0 * 2900.0 / 9000.0)
+    assert summarise([result, result], high_priority=10).ett_pct == pytest.approx(
+        100.0 * 2900.0 / 9000.0)
 
 
 def test_classic_ignores_the_minimum_run() -> None:
@@ -329,13 +350,13 @@ def check_every_preemption_was_decided_by_choose(result: SimulationResult) -> No
 
 
 @settings(max_examples=200, deadline=None)
-@given(fleet=fleets(), wait=st.sampled_from([0.0, 300.0, 3000.0]))
+@given(fleet=fleets(), price=st.sampled_from([0.0, 0.25, 4.0, MAX_WAIT_PRICE]))
 def test_work_and_gpus_are_conserved_and_every_preemption_is_a_choice(
-        fleet: tuple[list[JobArrival], dict[str, TenantPolicy], int], wait: float) -> None:
+        fleet: tuple[list[JobArrival], dict[str, TenantPolicy], int], price: float) -> None:
     arrivals, tenants, capacity = fleet
     for policy in POLICIES:
         result = simulate(arrivals, tenants, capacity, policy, resume_after_s=30.0,
-                          checkpoint_wait_s=wait, keep_rounds=True)
+                          wait_price=price, keep_rounds=True)
         check_conservation(result, arrivals)
         check_every_preemption_was_decided_by_choose(result)
         if policy == "none":
@@ -352,7 +373,7 @@ def test_work_and_gpus_are_conserved_and_every_preemption_is_a_choice(
             assert result.withdrawn_yields == 0
             assert all(p.exit != "at_checkpoint" for p in result.preemptions)
         assert simulate(arrivals, tenants, capacity, policy, resume_after_s=30.0,
-                        checkpoint_wait_s=wait, keep_rounds=True) == result  # deterministic
+                        wait_price=price, keep_rounds=True) == result  # deterministic
 
 
 @settings(max_examples=40, deadline=None)
@@ -396,7 +417,7 @@ def test_a_synthetic_fleet_offers_its_load_in_each_tenants_share() -> None:
     assert arrivals != synthetic_arrivals(EXAMPLE, seed=4, capacity_gpus=16,
                                           horizon_s=HOURS_6, load=1.0)
     budget = 16 * HOURS_6
-    for share in DEFAULT_SHARES:
+    for share in derived_shares(EXAMPLE):
         mine = [a for a in arrivals if a.tenant == share.tenant]
         offered = sum(a.offered_gpu_s for a in mine)
         largest = max(a.offered_gpu_s for a in mine)  # the last one may overshoot
@@ -426,6 +447,61 @@ def test_bad_workload_arguments_are_refused() -> None:
         arrivals(shares=(TenantShare("x", 1.0, ("search",)),))
     with pytest.raises(FleetSimError, match="sources \\['video'\\] are not synthetic"):
         arrivals(shares=(TenantShare("feed-recs", 1.0, ("video",)),))
-    with pytest.raises(FleetSimError, match="names a tenant or a source twice"):
+    with pytest.raises(FleetSimError, match="names a tenant twice"):
         arrivals(shares=(TenantShare("feed-recs", 1.0, ("search",)),
-                         TenantShare("ads-ranking", 1.0, ("search",))))
+                         TenantShare("feed-recs", 1.0, ("integrity",))))
+    with pytest.raises(FleetSimError, match=r"work_scale: 0\.0 is not a number > 0"):
+        arrivals(work_scale=0.0)
+    with pytest.raises(FleetSimError, match="tenants: none may hold a GPU"):
+        synthetic_arrivals({"a": TenantPolicy("a", 1, 0)}, seed=1, capacity_gpus=4,
+                           horizon_s=HOURS_6)
+
+
+def test_the_example_files_shares_are_derived_from_it() -> None:
+    """Guarantee plus half the borrowing: 32, 24, 16, 20 of 92; each tenant runs the
+    synthetic jobs of its name, the lowest-priority one also those no tenant is named
+    after."""
+    assert [(s.tenant, round(s.load_share, 3), s.sources) for s in derived_shares(EXAMPLE)] \
+        == [("ads-ranking", 0.348, ("ads-ranking",)), ("feed-recs", 0.261, ("feed-recs",)),
+            ("foundation-models", 0.174, ("foundation-models",)),
+            ("ml-platform-ci", 0.217, ("ml-platform-ci", "search", "integrity"))]
+
+
+@pytest.mark.parametrize("policies", [
+    # two tenants named unlike the synthetic ones: both share the whole synthetic mix
+    [TenantPolicy("prod", 9, 3, 1), TenantPolicy("dev", 1, 1, 3, grace_s=30.0)],
+    # one named like a synthetic tenant, two not, one that may hold nothing
+    [TenantPolicy("search", 5, 2), TenantPolicy("x", 9, 1, 1), TenantPolicy("y", 1, 0, 2),
+     TenantPolicy("idle", 3, 0)],
+    # a single tenant
+    [TenantPolicy("only", 1, 6)],
+])
+def test_any_tenant_set_makes_a_fleet(policies: list[TenantPolicy]) -> None:
+    """Shares and jobs come from any tenants file: every job fits its tenant's limit and
+    the fleet, every tenant that may hold a GPU offers its share, and each policy runs."""
+    tenants = {p.name: p for p in policies}
+    shares = derived_shares(tenants)
+    able = [p for p in policies if p.limit_gpus > 0]
+    assert [s.tenant for s in shares] == [p.name for p in able]
+    assert sum(s.load_share for s in shares) == pytest.approx(1.0)
+    arrivals = synthetic_arrivals(tenants, seed=2, capacity_gpus=6, horizon_s=HOURS_6,
+                                  load=1.2, work_scale=0.5)
+    assert {a.tenant for a in arrivals} == {p.name for p in able}
+    for a in arrivals:
+        assert 1 <= a.gpus <= min(6, tenants[a.tenant].limit_gpus)
+    for policy in POLICIES:
+        result = simulate(arrivals, tenants, 6, policy, until=HOURS_6)
+        assert result.policy == policy
+
+
+def test_work_scale_scales_the_training_only() -> None:
+    base = synthetic_arrivals(EXAMPLE, seed=5, capacity_gpus=16, horizon_s=HOURS_6)
+    longer = synthetic_arrivals(EXAMPLE, seed=5, capacity_gpus=16, horizon_s=HOURS_6,
+                                work_scale=2.0)
+    first = {a.job: a for a in base}
+    both = [(first[a.job], a) for a in longer if a.job in first]
+    assert both and all(b.work_s == pytest.approx(2 * a.work_s)
+                        and b.checkpoint_interval_s == a.checkpoint_interval_s
+                        and b.startup_s == a.startup_s for a, b in both)
+    # fewer jobs offer the same load
+    assert len(longer) < len(base)

@@ -66,12 +66,12 @@ def test_a_version_1_file_is_still_read_as_a_now_request() -> None:
         parse_request(json.dumps({**v1, "mode": "now"}))
 
 
-def test_leave_by_is_the_expected_checkpoint_plus_a_margin_within_the_wait() -> None:
-    assert leave_by_for("now", 100.0, 50.0, 900.0) == 100.0
-    assert leave_by_for("at_checkpoint", 100.0, 50.0, 900.0) == 150.0 + LEAVE_BY_MARGIN_S
-    # a decision's estimate past the fleet's wait is cut to it
-    assert leave_by_for("at_checkpoint", 100.0, 5000.0, 900.0) == 1000.0 + LEAVE_BY_MARGIN_S
-    assert leave_by_for("at_checkpoint", 100.0, -3.0, 900.0) == 100.0 + LEAVE_BY_MARGIN_S
+def test_leave_by_is_the_expected_checkpoint_plus_a_margin() -> None:
+    assert leave_by_for("now", 100.0, 50.0) == 100.0
+    assert leave_by_for("at_checkpoint", 100.0, 50.0) == 150.0 + LEAVE_BY_MARGIN_S
+    # the decision priced the whole wait: no fixed bound cuts it
+    assert leave_by_for("at_checkpoint", 100.0, 5000.0) == 5100.0 + LEAVE_BY_MARGIN_S
+    assert leave_by_for("at_checkpoint", 100.0, -3.0) == 100.0 + LEAVE_BY_MARGIN_S
 
 
 def test_a_withdrawn_request_is_set_aside_and_kept(tmp_path: Path) -> None:

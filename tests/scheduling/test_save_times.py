@@ -45,20 +45,22 @@ def test_a_save_exactly_as_long_as_the_grace_fits_and_one_a_tenth_longer_does_no
 
 def test_the_warning_says_what_is_lost_and_the_two_ways_out() -> None:
     check = GraceCheck("ads", 30.0, True, 42, 120.04)
-    assert grace_line(check, days=7, checkpoint_wait_s=900.0) == (
+    assert grace_line(check, days=7, wait_price=0.25) == (
         "warning: tenant ads: grace_s 30 s is shorter than its jobs' p90 checkpoint save of "
         "120 s (42 saves, last 7 days): a job preempted at once is killed before its "
-        "checkpoint commits and loses its work since the last one; raise grace_s, or rely "
-        "on [scheduling] checkpoint_wait_s")
-    # With checkpoint_wait_s 0 every victim yields at once: nothing to rely on, set it.
-    assert grace_line(check, days=1, checkpoint_wait_s=0.0).endswith(
+        "checkpoint commits and loses its work since the last one; raise grace_s, or lower "
+        "[scheduling] checkpoint_wait_price (now 0.25), so that victims wait for their next "
+        "checkpoint more often")
+    # At the highest price every victim yields at once: the line says so.
+    assert grace_line(check, days=1, wait_price=1e6).endswith(
         "(42 saves, last 1 day): a job preempted at once is killed before its checkpoint "
-        "commits and loses its work since the last one; raise grace_s, or set [scheduling] "
-        "checkpoint_wait_s above 0 (now 0: every victim yields at once)")
+        "commits and loses its work since the last one; raise grace_s, or lower [scheduling] "
+        "checkpoint_wait_price (now 1e+06: every victim yields at once), so that victims wait "
+        "for their next checkpoint more often")
 
 
 def test_the_other_lines_are_no_warnings() -> None:
-    lines = [grace_line(c, days=7, checkpoint_wait_s=900.0) for c in (
+    lines = [grace_line(c, days=7, wait_price=0.25) for c in (
         GraceCheck("batch", 120.0, True, 1, 59.26),
         GraceCheck("eval", 60.0, True, 0, None),
         GraceCheck("infer", 10.0, False, 3, 500.0),

@@ -89,8 +89,8 @@ def test_a_yielding_victim_is_out_and_its_job_holds_the_gpus_promised() -> None:
     (decision,) = choose(before)
     assert [p.victim for p in decision.preemptions] == ["b1"]
     state = fleet_state(tasks, lives, TENANTS, capacity_gpus=4, now=NOW,
-                        checkpoint_wait_s=600.0, yielding={"b1": request("b1", "a1")})
-    assert state.checkpoint_wait_s == 600.0 and state.waiting == ()
+                        wait_price=0.5, yielding={"b1": request("b1", "a1")})
+    assert state.wait_price == 0.5 and state.waiting == ()
     (a1,) = state.running
     assert (a1.job, a1.tenant, a1.priority, a1.gpus, a1.stage, a1.admitted_at) == (
         "a1", "ads", 10, 4, "startup", NOW - 20)
@@ -121,7 +121,7 @@ def test_the_next_checkpoint_reaches_the_decision_through_the_snapshot() -> None
              task("a1", "scheduled", "ett_tenant_ads", 4)]
     soon = replace(live("b1"), next_checkpoint_in_s=45.0, exit_save_s=20.0)
     state = fleet_state(tasks, {"b1": soon}, TENANTS, capacity_gpus=4, now=NOW,
-                        checkpoint_wait_s=600.0)
+                        wait_price=0.25)
     assert (state.running[0].next_checkpoint_in_s, state.running[0].exit_save_s) == (45, 20)
     (p,) = choose(state)[0].preemptions
     assert (p.mode, p.yield_in_s) == ("at_checkpoint", 45.0)

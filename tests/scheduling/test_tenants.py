@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from airflow_ett import provider
 from airflow_ett.scheduling import tenants
-from airflow_ett.scheduling.model import TenantPolicy
+from airflow_ett.scheduling.model import DEFAULT_WAIT_PRICE, TenantPolicy
 from airflow_ett.scheduling.tenants import (
     RACY_S,
     TenantsCache,
@@ -125,21 +125,31 @@ BAD_SCHEDULING = [
     ("capacity_gpus", "2.5", "2.5 is not a whole number >= 1 (the fleet's GPUs)"),
     ("preemption", '"yes"', '"yes" is not true or false'),
     ("resume_after_s", "-3", "-3 is not a number of seconds >= 0"),
-    ("checkpoint_wait_s", "-1", "-1 is not a number of seconds >= 0"),
-    ("checkpoint_wait_s", '"30m"', '"30m" is not a number of seconds >= 0'),
+    ("checkpoint_wait_price", "-1", "-1 is not a number in [0, 1e+06] (GPU-seconds of a "
+                                    "victim's work that a waiting GPU-second is worth)"),
+    ("checkpoint_wait_price", "inf", "inf is not a number in [0, 1e+06] (GPU-seconds of a "
+                                     "victim's work that a waiting GPU-second is worth)"),
+    ("checkpoint_wait_price", "2e6", "2000000.0 is not a number in [0, 1e+06] (GPU-seconds "
+                                     "of a victim's work that a waiting GPU-second is worth)"),
+    ("checkpoint_wait_price", '"1"', '"1" is not a number in [0, 1e+06] (GPU-seconds of a '
+                                     "victim's work that a waiting GPU-second is worth)"),
+    ("checkpoint_wait_s", "1800", "replaced by checkpoint_wait_price, a "
+                                  "price on the waiting job's wait instead of a bound "
+                                  "(docs/decisions/0015-preemption.md): remove it, or set "
+                                  "checkpoint_wait_price (default 0.25)"),
 ]
 
 
 def test_the_preemption_knobs(tmp_path: Path) -> None:
     plain = load_tenants(write(tmp_path / "a.toml", GOOD))
     assert (plain.capacity_gpus, plain.preemption, plain.resume_after_s,
-            plain.checkpoint_wait_s) == (None, False, 30.0, 1800.0)
+            plain.checkpoint_wait_price) == (None, False, 30.0, DEFAULT_WAIT_PRICE)
     assert plain.fleet_gpus == sum(t.quota_gpus for t in plain.tenants.values())
     knobs = ("[scheduling]\ncapacity_gpus = 64\npreemption = true\nresume_after_s = 5\n"
-             "checkpoint_wait_s = 0\n")
+             "checkpoint_wait_price = 0\n")
     set_ = load_tenants(write(tmp_path / "b.toml", GOOD + knobs))
     assert (set_.fleet_gpus, set_.preemption, set_.resume_after_s,
-            set_.checkpoint_wait_s) == (64, True, 5.0, 0.0)
+            set_.checkpoint_wait_price) == (64, True, 5.0, 0.0)
 
 
 @pytest.mark.parametrize(("key", "value", "says"), BAD_SCHEDULING)
@@ -189,7 +199,7 @@ BAD_FILES = [
     (f"{GOOD}[scheduling]\naging = 2\n", "[scheduling]: aging: unknown field (did you mean "
                                          "'aging_per_hour'? known: aging_per_hour, "
                                          "default_queue, cpu_queue, capacity_gpus, preemption, "
-                                         "resume_after_s, checkpoint_wait_s)"),
+                                         "resume_after_s, checkpoint_wait_price)"),
 ]
 
 

@@ -5,6 +5,7 @@ the state itself, not through the module's own eligibility code."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -14,7 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_ett.scheduling import victim_sets
 from airflow_ett.scheduling.model import (
+    MAX_WAIT_PRICE,
     Decision,
     FleetState,
     RunningJob,
@@ -26,6 +29,7 @@ from airflow_ett.scheduling.victims import (
     choose,
     explain_ineligible,
     format_seconds,
+    wait_rate,
     yield_plan,
 )
 from tests.scheduling.strategies import NOW, fleet_states
@@ -102,9 +106,13 @@ def test_a_victim_never_checkpointed_loses_its_whole_run() -> None:
 
 # -- how a victim yields ---------------------------------------------------------------------
 
-def test_a_victim_whose_checkpoint_is_near_yields_at_it_and_loses_nothing() -> None:
+def test_a_victim_waits_for_its_checkpoint_when_the_work_saved_is_worth_the_wait() -> None:
+    """Yielding now, the victim's exit save (200 s) does not fit its grace (120 s): it
+    would leave at once and lose 40 s x 8 GPUs = 320 GPU-s. Its checkpoint commits in
+    300 s, 180 s past the grace. The waiting job (8 GPUs, the highest priority: weight 1)
+    then waits 180 s more: worth it while 320 >= price x 8 x 180, up to a price of 2/9."""
     state = replace(fleet([running("v", next_checkpoint_in_s=300.0, exit_save_s=200.0)],
-                          [waiting()]), checkpoint_wait_s=600.0)
+                          [waiting()]), wait_price=0.2)
     [p] = choose(state)[0].preemptions
     assert (p.mode, p.yield_in_s, p.skip_save, p.unsaved_gpu_s) == (
         "at_checkpoint", 300.0, False, 0.0)
@@ -114,21 +122,52 @@ def test_a_victim_whose_checkpoint_is_near_yields_at_it_and_loses_nothing() -> N
     assert (c.mode, c.skip_save, c.yield_in_s, c.unsaved_gpu_s) == ("now", False, 120.0, 320.0)
     assert c.reason.endswith("; yields now; its exit save of 3.3 min does not fit its grace: "
                              "the kill will cut it and the unsaved work is lost")
-    # stage-aware, with no checkpoint near, skips the save it cannot finish
-    [p] = choose(replace(state, checkpoint_wait_s=0.0))[0].preemptions
+    # at a higher price the wait costs more than the work: it skips the save it cannot
+    # finish and leaves at once
+    [p] = choose(replace(state, wait_price=0.25))[0].preemptions
     assert (p.mode, p.skip_save, p.yield_in_s, p.unsaved_gpu_s) == ("now", True, 0.0, 320.0)
     assert p.reason.endswith("; yields now without saving: its exit save of 3.3 min does not "
                              "fit the tenant's grace, so the unsaved work is lost")
+    # at 0 it waits however long; at the most, never beyond its grace
+    far = replace(state.running[0], next_checkpoint_in_s=86_400.0)
+    assert yield_plan(replace(state, wait_price=0.0), far, state.waiting[0]).mode \
+        == "at_checkpoint"
+    within = replace(state.running[0], next_checkpoint_in_s=120.0)  # the grace: free
+    assert yield_plan(replace(state, wait_price=MAX_WAIT_PRICE), within,
+                      state.waiting[0]).mode == "at_checkpoint"
+    assert yield_plan(replace(state, wait_price=MAX_WAIT_PRICE), replace(
+        within, next_checkpoint_in_s=121.0), state.waiting[0]).mode == "now"
 
 
-def test_a_checkpoint_further_than_the_wait_bound_means_yield_now() -> None:
-    job = running("v", next_checkpoint_in_s=601.0, exit_save_s=60.0)
-    state = replace(fleet([job], [waiting()]), checkpoint_wait_s=600.0)
+def test_the_price_of_a_wait_follows_the_waiting_jobs_gpus_and_priority() -> None:
+    """The same victim (320 GPU-s saved by a wait of 180 s past its grace) waits for a
+    small or low-priority job, not for a big high-priority one."""
+    victim = running("v", next_checkpoint_in_s=300.0, exit_save_s=200.0)
+    mid = tenant("mid", priority=4, quota_gpus=0, borrow_limit_gpus=16)
+    state = replace(fleet([victim], [waiting()], more=[mid]), wait_price=1.0)
+    # ads (10, the highest of 1..10): weight 1; 8 GPUs: 1 x 8 x 180 = 1440 > 320
+    assert yield_plan(state, victim, state.waiting[0]).mode == "now"
+    assert wait_rate(state, state.waiting[0]) == 8.0
+    # one GPU: 180 <= 320
+    small = waiting(gpus=1)
+    assert (wait_rate(state, small), yield_plan(state, victim, small).mode) == (
+        1.0, "at_checkpoint")
+    # tenant mid, priority 4 of 1..10: weight 1/3, 8 GPUs: 480 > 320; at 4 GPUs 240 <= 320
+    low = waiting("low", "mid", priority=4, gpus=8)
+    assert wait_rate(state, low) == pytest.approx(8 / 3)
+    assert yield_plan(state, victim, low).mode == "now"
+    assert yield_plan(state, victim, replace(low, gpus=4)).mode == "at_checkpoint"
+
+
+def test_a_checkpoint_due_before_the_exit_save_ends_is_always_waited_for() -> None:
+    job = running("v", next_checkpoint_in_s=30.0, exit_save_s=60.0)
+    state = replace(fleet([job], [waiting()]), wait_price=MAX_WAIT_PRICE)
     [p] = choose(state)[0].preemptions
+    assert (p.mode, p.yield_in_s) == ("at_checkpoint", 30.0)
+    [p] = choose(replace(state, running=(replace(job, next_checkpoint_in_s=601.0),)))[
+        0].preemptions
     assert (p.mode, p.yield_in_s, p.skip_save) == ("now", 60.0, False)
     assert p.reason.endswith("; yields now (exit save 1 min)")
-    assert yield_plan(replace(state, checkpoint_wait_s=0.0), replace(
-        job, next_checkpoint_in_s=0.0)).mode == "at_checkpoint"  # due now: at the bound
 
 
 @pytest.mark.parametrize(("exit_save_s", "expected"), [
@@ -139,19 +178,25 @@ def test_a_checkpoint_further_than_the_wait_bound_means_yield_now() -> None:
 def test_the_cost_of_yielding_now_follows_the_exit_save_and_the_grace(
         exit_save_s: float | None, expected: tuple[str, float, float, float]) -> None:
     state = fleet([running("v", exit_save_s=exit_save_s)], [waiting()])
-    plan = yield_plan(state, state.running[0])
+    plan = yield_plan(state, state.running[0], state.waiting[0])
     assert (plan.mode, plan.yield_in_s, plan.exit_s, plan.unsaved_s) == expected
     assert plan.lost_gpu_s == (60.0 + plan.exit_s + plan.unsaved_s) * 8
 
 
 def test_stage_aware_prefers_the_least_expected_loss_then_the_soonest_to_leave() -> None:
     batch = tenant("batch", quota_gpus=0)
-    # unsaved 40 s x 8 at risk now, or nothing lost at a checkpoint 200 s away (restarts
-    # equal): the checkpoint wins, though the other has less unsaved work
+    # unsaved 40 s x 8 at risk now, or nothing lost at a checkpoint 1000 s away (restarts
+    # equal; the wait free at price 0): the checkpoint wins, though the other has less
+    # unsaved work
     now_job = running("now_job", exit_save_s=None)
     later = running("later", since_checkpoint_s=900.0, next_checkpoint_in_s=1000.0)
-    state = replace(fleet([now_job, later], [waiting()], batch=batch), checkpoint_wait_s=1800.0)
+    state = replace(fleet([now_job, later], [waiting()], batch=batch), wait_price=0.0)
     assert victims(choose(state)) == [["later"]]
+    # priced, the waiting job's wait counts too: at 0.01 (0.08 GPU-s a second for its 8
+    # GPUs) "later" costs 480 + 0.08 x 1000 against 800 + 0.08 x 120; at 0.05 (0.4 a
+    # second), 880 against 848
+    assert victims(choose(replace(state, wait_price=0.01))) == [["later"]]
+    assert victims(choose(replace(state, wait_price=0.05))) == [["now_job"]]
     # a dearer restart outweighs it: 8 x (300 - 60) > 320 at risk
     state = replace(state, running=(now_job, replace(later, restart_s=300.0)))
     assert victims(choose(state)) == [["now_job"]]
@@ -161,14 +206,15 @@ def test_stage_aware_prefers_the_least_expected_loss_then_the_soonest_to_leave()
     assert victims(choose(state)) == [["soon"]]
 
 
-def test_a_bad_checkpoint_wait_or_estimate_is_refused_naming_it() -> None:
+def test_a_bad_wait_price_or_estimate_is_refused_naming_it() -> None:
     state = fleet([running("v")], [waiting()])
-    with pytest.raises(ValueError, match=r"checkpoint_wait_s: -1\.0 is negative"):
-        choose(replace(state, checkpoint_wait_s=-1.0))
+    for bad in (-1.0, float("nan"), float("inf"), 2e6):
+        with pytest.raises(ValueError, match=r"wait_price: .* is not a number in \[0, 1e\+06\]"):
+            choose(replace(state, wait_price=bad))
     for name in ("next_checkpoint_in_s", "exit_save_s"):
-        bad = replace(state, running=(running("v", **{name: float("nan")}),))
+        bad_state = replace(state, running=(running("v", **{name: float("nan")}),))
         with pytest.raises(ValueError, match=rf"running job 'v', field '{name}': nan"):
-            choose(bad)
+            choose(bad_state)
 
 
 # -- each rule alone makes a would-be victim ineligible --------------------------------------
@@ -246,14 +292,90 @@ def test_a_tenant_over_its_guarantee_by_less_than_a_job_still_yields_it_once() -
     state = fleet([running("a", gpus=4, since_checkpoint_s=10.0),
                    running("b", gpus=4, since_checkpoint_s=20.0)],
                   [waiting(gpus=8)], batch=tenant("batch", quota_gpus=2))
-    [decision] = choose(state)
-    assert victims([decision]) == [["a", "b"]]  # 8 > 2, then 4 > 2
+    for order in ORDERS:
+        [decision] = choose(state, order=order)
+        assert sorted(*victims([decision])) == ["a", "b"]  # 8 > 2, then 4 > 2
     state = replace(state, tenants={**state.tenants, "batch": tenant("batch", quota_gpus=4)})
-    [decision] = choose(state)
-    assert decision.preemptions == ()  # 8 > 4 takes a, then 4 is not over 4
+    for order in ORDERS:
+        [decision] = choose(state, order=order)
+        assert decision.preemptions == ()  # 8 > 4 takes one, then 4 is not over 4
+        assert decision.reason == (
+            "waits: lacks 8 GPUs (8 wanted, 0 free) and the jobs that may be preempted free "
+            "only 4; tenant batch's guarantee lets 4 of its eligible 8 GPUs go (it holds 8, "
+            "4 over its quota of 4; jobs of 4 + 4 GPUs, each taken only while it is still "
+            "over)")
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_issues_example_a_feasible_set_is_found_where_greedy_falls_short(
+        order: VictimOrder) -> None:
+    """Tenant lo, over its quota of 8, holds 12 GPUs in a job of 8 and one of 4; a job
+    needs 8. The 4-GPU job is preferred (less to lose; admitted last), but taking it
+    leaves lo at its quota, so greedy could take nothing more and preempted nobody. The
+    8-GPU job alone is allowed, and goes."""
+    lo = tenant("lo", quota_gpus=8, borrow_limit_gpus=8)
+    small = running("small", "lo", gpus=4, since_checkpoint_s=10.0, admitted_at=NOW - 600.0)
+    big = running("big", "lo", gpus=8, since_checkpoint_s=600.0, admitted_at=NOW - 7200.0)
+    state = fleet([small, big], [waiting(gpus=8)], more=[lo])
+    [decision] = choose(state, order=order)
+    [p] = decision.preemptions
+    assert (p.victim, p.gpus) == ("big", 8)
+    assert p.reason.startswith("preempted big: tenant lo over its guarantee by 4 GPUs, ")
+    assert decision.reason == ("frees 8 GPUs for the 8 it lacks (8 wanted, 0 free), from 1 "
+                               "job: big")
+    # lo only 3 over (quota 9): still the 8-GPU job alone
+    nine = replace(state, tenants={**state.tenants, "lo": tenant("lo", quota_gpus=9,
+                                                                 borrow_limit_gpus=8)})
+    assert victims(choose(nine, order=order)) == [["big"]]
+    # at its quota (12), nothing may go
+    state = replace(state, tenants={**state.tenants, "lo": tenant("lo", quota_gpus=12,
+                                                                  borrow_limit_gpus=8)})
+    [decision] = choose(state, order=order)
+    assert decision.preemptions == ()
     assert decision.reason == ("waits: lacks 8 GPUs (8 wanted, 0 free) and the jobs that may "
-                               "be preempted free only 4; not eligible: 1 of a tenant at or "
+                               "be preempted free only 0; not eligible: 2 of a tenant at or "
                                "below its guarantee")
+
+
+def test_two_victims_of_one_tenant_go_the_largest_last() -> None:
+    """3 over: a 2-GPU and an 8-GPU job may both go (2 first: still 1 over for the 8);
+    their reasons say how far over the tenant was before each pick."""
+    lo = tenant("lo", quota_gpus=7, borrow_limit_gpus=8)
+    run = [running("eight", "lo", gpus=8, since_checkpoint_s=10.0),
+           running("two", "lo", gpus=2, since_checkpoint_s=10.0)]
+    state = fleet(run, [waiting(gpus=10)], more=[lo])
+    for order in ORDERS:
+        [decision] = choose(state, order=order)
+        assert victims([decision]) == [["two", "eight"]]
+        assert [p.reason.split(",")[0] for p in decision.preemptions] == [
+            "preempted two: tenant lo over its guarantee by 3 GPUs",
+            "preempted eight: tenant lo over its guarantee by 1 GPU"]
+
+
+def test_stage_aware_takes_the_cheapest_set_not_the_greedy_one() -> None:
+    """Two 4-GPU jobs cost 100 + 120 GPU-s to lose (restart 0, little unsaved), one 8-GPU
+    job 160: greedy by cost each would take the two; the cheapest set is the one."""
+    run = [running("a", gpus=4, since_checkpoint_s=25.0, restart_s=0.0),
+           running("b", gpus=4, since_checkpoint_s=30.0, restart_s=0.0),
+           running("c", gpus=8, since_checkpoint_s=20.0, restart_s=0.0)]
+    state = fleet(run, [waiting(gpus=8)], batch=tenant("batch", quota_gpus=0))
+    assert victims(choose(state)) == [["c"]]
+    assert victims(choose(state, order="classic")) == [["a", "b"]]  # its own order: by id
+
+
+def test_past_the_search_bound_the_most_each_tenant_can_yield_is_taken(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search stopped before it found a set (bounded: victim_sets.SEARCH_STEPS) still
+    preempts: the most each tenant can yield covers the need, minimised."""
+    monkeypatch.setattr(victim_sets, "SEARCH_STEPS", 0)
+    lo = tenant("lo", quota_gpus=8, borrow_limit_gpus=8)
+    run = [running("small", "lo", gpus=4, since_checkpoint_s=10.0),
+           running("big", "lo", gpus=8, since_checkpoint_s=600.0),
+           running("b1", gpus=2, since_checkpoint_s=10.0)]
+    state = fleet(run, [waiting(gpus=8)], more=[lo], batch=tenant("batch", quota_gpus=0))
+    for order in ORDERS:
+        [decision] = choose(state, order=order)
+        assert sorted(*victims([decision])) == ["big"]
 
 
 def test_the_reason_counts_every_broken_rule() -> None:
@@ -313,16 +435,19 @@ def test_only_as_many_victims_as_the_missing_gpus() -> None:
 
 
 def test_a_greedy_overshoot_is_minimised_from_the_last_pick_back() -> None:
-    """Greedy in preference order takes 1 + 1 + 4 GPUs for 4 lacking; walking back, the
-    two small ones are not needed."""
+    """The classic order takes 1 + 1 + 4 GPUs for 4 lacking (its order: by id here);
+    walking back, the two small ones are not needed. The stage-aware search never takes
+    them: the 4-GPU job alone is the cheapest set that frees 4."""
     run = [running("v1", gpus=1, since_checkpoint_s=40.0),  # 40 GPU-s
            running("v2", gpus=1, since_checkpoint_s=60.0),  # 60 GPU-s
            running("v3", gpus=4, since_checkpoint_s=30.0)]  # 120 GPU-s
     state = fleet(run, [waiting(gpus=4)], batch=tenant("batch", quota_gpus=0))
-    [decision] = choose(state)
+    [decision] = choose(state, order="classic")
     assert victims([decision]) == [["v3"]]
     assert decision.notes == ("v1 was picked, then dropped: the other victims free enough",
                               "v2 was picked, then dropped: the other victims free enough")
+    [decision] = choose(state)
+    assert (victims([decision]), decision.notes) == ([["v3"]], ())
 
 
 def test_a_job_that_fits_needs_no_decision_and_reserves_its_gpus() -> None:
@@ -439,7 +564,7 @@ def rules_hold(state: FleetState, w: WaitingJob, r: RunningJob, held: dict[str, 
 def replay(state: FleetState, decisions: list[Decision], order: VictimOrder) -> None:
     """Walk the waiting jobs in service order as the decisions say they go, and check every
     rule, every count, minimality, and that a job left waiting could not have been
-    helped."""
+    helped by any set of victims."""
     served_order = sorted(state.waiting, key=lambda w: (-w.priority, w.waiting_since, w.job))
     by_job = {d.for_job: d for d in decisions}
     assert len(by_job) == len(decisions)
@@ -455,8 +580,8 @@ def replay(state: FleetState, decisions: list[Decision], order: VictimOrder) -> 
         assert decision.reason or w.gpus <= free  # only a job that fits has no decision
         if decision.reason and not decision.preemptions:  # it waits
             assert not within_limit or w.gpus > free
-            if within_limit:
-                assert could_free(state, w, held, taken, order) < w.gpus - free
+            if within_limit and w.gpus <= state.capacity_gpus:
+                assert not feasible_sets(state, w, held, taken, order, w.gpus - free)
             continue
         assert within_limit
         lacking = max(0, w.gpus - free)
@@ -478,16 +603,36 @@ def replay(state: FleetState, decisions: list[Decision], order: VictimOrder) -> 
         assert free >= 0
 
 
-def could_free(state: FleetState, w: WaitingJob, held: dict[str, int], taken: set[str],
-               order: VictimOrder) -> int:
-    """A lower bound on what any greedy pass may free: from each tenant over its guarantee,
-    its eligible jobs' GPUs, up to what brings it back to its quota."""
-    total = 0
-    for name, policy in state.tenants.items():
-        eligible = sum(r.gpus for r in state.running if r.tenant == name
-                       and r.job not in taken and rules_hold(state, w, r, held, order))
-        total += min(eligible, max(0, held[name] - policy.quota_gpus))
-    return total
+def feasible_sets(state: FleetState, w: WaitingJob, held: dict[str, int], taken: set[str],
+                  order: VictimOrder, lacking: int) -> list[tuple[RunningJob, ...]]:
+    """Every set of running jobs that may be taken for `w` in some pick order (each one
+    eligible with its tenant's GPUs just before its pick) and frees `lacking` GPUs: by
+    brute force over the subsets and, per tenant, the orders of its victims."""
+    eligible = [r for r in state.running
+                if r.job not in taken and rules_hold(state, w, r, held, order)]
+    found = []
+    for n in range(1, len(eligible) + 1):
+        for subset in itertools.combinations(eligible, n):
+            if sum(r.gpus for r in subset) >= lacking and all(
+                    some_order(state, w, held, order, [r for r in subset if r.tenant == t])
+                    for t in {r.tenant for r in subset}):
+                found.append(subset)
+    return found
+
+
+def some_order(state: FleetState, w: WaitingJob, held: dict[str, int], order: VictimOrder,
+               own: list[RunningJob]) -> bool:
+    for picks in itertools.permutations(own):
+        now = dict(held)
+        ok = True
+        for r in picks:
+            if not rules_hold(state, w, r, now, order):
+                ok = False
+                break
+            now[r.tenant] -= r.gpus
+        if ok:
+            return True
+    return False
 
 
 def shuffled(state: FleetState, rng: random.Random) -> FleetState:
@@ -511,24 +656,41 @@ def test_no_decision_breaks_a_rule_whatever_the_state(state: FleetState,
 
 def check_yields(state: FleetState, decisions: list[Decision], order: VictimOrder) -> None:
     """Each victim yields as its state says: at its checkpoint only when the stage-aware
-    order takes it and its checkpoint is within the bound; without saving only when its
-    exit save is known not to fit the grace; nothing unsaved is lost at a checkpoint."""
+    order takes it and the work that saves is worth the waiting job's longer wait at the
+    state's price (written out again here from the docstring's formula); without saving
+    only when its exit save is known not to fit the grace; nothing unsaved is lost at a
+    checkpoint."""
     runs = {r.job: r for r in state.running}
-    for p in (p for d in decisions for p in d.preemptions):
-        r = runs[p.victim]
-        grace = state.tenants[r.tenant].grace_s
-        near = r.next_checkpoint_in_s is not None and \
-            r.next_checkpoint_in_s <= state.checkpoint_wait_s
-        assert (p.mode == "at_checkpoint") == (order == "stage_aware" and near)
-        if p.mode == "at_checkpoint":
-            assert (p.yield_in_s, p.unsaved_gpu_s, p.skip_save) == (
-                r.next_checkpoint_in_s, 0.0, False)
-        else:
+    waits = {w.job: w for w in state.waiting}
+    priorities = [t.priority for t in state.tenants.values()]
+    for d in decisions:
+        w = waits[d.for_job]
+        span = max(priorities) - min(priorities)
+        weight = 1.0 if span == 0 else (w.priority - min(priorities)) / span
+        for p in d.preemptions:
+            r = runs[p.victim]
+            grace = state.tenants[r.tenant].grace_s
             cut = r.exit_save_s is not None and r.exit_save_s > grace
-            assert p.skip_save == (cut and order == "stage_aware")
-            assert p.unsaved_gpu_s == (0.0 if r.exit_save_s is not None and not cut
-                                       else r.unsaved_gpu_s)
-            assert 0.0 <= p.yield_in_s <= grace
+            if r.exit_save_s is None:
+                now_in, at_risk = grace, r.unsaved_gpu_s
+            elif cut:
+                now_in, at_risk = 0.0, r.unsaved_gpu_s
+            else:
+                now_in, at_risk = r.exit_save_s, r.exit_save_s * r.gpus
+            waits_for_it = False
+            if order == "stage_aware" and r.next_checkpoint_in_s is not None:
+                longer = r.next_checkpoint_in_s - max(now_in, grace)
+                rate = state.wait_price * max(0.0, min(1.0, weight)) * w.gpus
+                waits_for_it = longer <= 0 or at_risk >= rate * longer
+            assert (p.mode == "at_checkpoint") == waits_for_it, (p, r, w)
+            if p.mode == "at_checkpoint":
+                assert (p.yield_in_s, p.unsaved_gpu_s, p.skip_save) == (
+                    r.next_checkpoint_in_s, 0.0, False)
+            else:
+                assert p.skip_save == (cut and order == "stage_aware")
+                assert p.unsaved_gpu_s == (0.0 if r.exit_save_s is not None and not cut
+                                           else r.unsaved_gpu_s)
+                assert 0.0 <= p.yield_in_s <= grace
 
 
 @settings(max_examples=200, deadline=None)
