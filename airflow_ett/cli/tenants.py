@@ -122,11 +122,14 @@ def scheduling_lines(config: TenantsConfig) -> list[str]:
     """The fleet-wide knobs preemption runs by, as `check` prints them: what a tenant's
     policy means depends on them (a quota counts against the fleet's GPUs; a grace is
     used only when preemption is on and a victim yields at once)."""
+    from airflow_ett.scheduling.tenants import overcommitted
+
     quotas = sum(p.quota_gpus for p in config.tenants.values())
     if config.capacity_gpus is None:
         fleet = f"the quotas' sum, {quotas} (capacity_gpus not set)"
     else:
         fleet = f"capacity_gpus {config.capacity_gpus} (the quotas add up to {quotas})"
+    warning = overcommitted(config)
     wait = _amount(config.checkpoint_wait_s)
     if config.checkpoint_wait_s > 0:
         waits = (f"a victim whose next periodic checkpoint commits within {wait} s yields "
@@ -140,6 +143,7 @@ def scheduling_lines(config: TenantsConfig) -> list[str]:
         f"scheduling: a preempted job may run again {_amount(config.resume_after_s)} s "
         "after its preemption (resume_after_s)",
         f"scheduling: checkpoint_wait_s {wait} s: {waits}",
+        *([] if warning is None else [f"warning: {warning}"]),
     ]
 
 

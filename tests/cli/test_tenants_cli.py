@@ -106,6 +106,19 @@ def test_check_prints_the_scheduling_knobs_the_file_sets(
     ]
 
 
+def test_check_warns_when_the_quotas_add_up_to_more_than_the_fleet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(toml({"ads": (6, 2), "batch": (4, 0)}) + "[scheduling]\ncapacity_gpus = 8\n")
+    assert main_with_tenants(["tenants", "check", str(f), "--no-store"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"warning: tenants file {f}: the quotas add up to 10 GPUs, more than [scheduling] "
+        "capacity_gpus 8: the guarantees cannot all be kept at once")
+    f.write_text(toml({"ads": (6, 2), "batch": (4, 0)}) + "[scheduling]\ncapacity_gpus = 10\n")
+    assert main_with_tenants(["tenants", "check", str(f), "--no-store"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_check_a_bad_file_is_one_line_on_stderr_and_exit_1(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "t.toml"
@@ -114,7 +127,7 @@ def test_check_a_bad_file_is_one_line_on_stderr_and_exit_1(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (f"airflow-ett: error: tenants file {bad}: tenant 'ads': "
-                            "quota_gpus: -1 is not a whole number >= 0\n")
+                            "quota_gpus: -1 is not a whole number of GPUs in [0, 1048576]\n")
     assert main_with_tenants(["tenants", "check", str(tmp_path / "none.toml")]) == 1
     assert capsys.readouterr().err.endswith("none.toml: not found\n")
 
