@@ -8,8 +8,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from airflow_ett.cli.common import (
+    MAX_LIMIT,
     fail,
-    positive_int,
+    int_in,
     print_json,
     store_command,
     store_url,
@@ -31,7 +32,7 @@ def add_parser(sub: Subcommands) -> None:
     listing.add_argument("--tenant")
     listing.add_argument("--model")
     listing.add_argument("--dag-id")
-    listing.add_argument("--limit", type=positive_int, default=50,
+    listing.add_argument("--limit", type=int_in(1, MAX_LIMIT), default=50,
                          help="at most this many runs (default: 50)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=list_command)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from airflow_ett.cli.common import fail, positive_int, store_url, with_store
+from airflow_ett.cli.common import MAX_DAYS, fail, int_in, store_url, with_store
 
 if TYPE_CHECKING:
 
@@ -49,7 +49,7 @@ def add_parser(sub: Subcommands) -> None:
                     "used; warnings, and a store that cannot be read, leave it 0.")
     check.add_argument("file", metavar="FILE", help="the tenants file (TOML)")
     with_store(check)
-    check.add_argument("--days", type=positive_int, default=7,
+    check.add_argument("--days", type=int_in(1, MAX_DAYS), default=7,
                        help="the checkpoint saves of the last DAYS days (default: 7)")
     check.add_argument("--no-store", action="store_true",
                        help="check the file alone: do not read the ETT store")

@@ -305,7 +305,7 @@ def test_check_days_must_be_a_whole_number_of_at_least_1(
     with pytest.raises(SystemExit) as exit_:
         main_with_tenants(["tenants", "check", str(EXAMPLE), "--days", "0"])
     assert exit_.value.code == 2
-    assert "--days: must be a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert "--days: must be a whole number in [1, 3660], got '0'" in capsys.readouterr().err
 
 
 def test_sync_without_a_file_or_setting_says_how_to_give_one(
