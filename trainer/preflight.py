@@ -42,7 +42,7 @@ PARSE_TIME_MEMORY_CAP_BYTES: Final = 2**40
 MEMORY_LIMIT_ENV: Final = "ETT_MEMORY_LIMIT_BYTES"
 # What one data worker process costs before it holds any batch: a spawned interpreter
 # with numpy and `data_gen` imported. Measured 17.5 MB of memory unique to each worker
-# (USS; 33 MB RSS) with Python 3.12 and numpy 2 on x86-64 Linux: 16 MiB is a lower bound.
+# (USS; 33 MB RSS) with Python 3.11 and numpy 2.4 on x86-64 Linux: 16 MiB is a lower bound.
 WORKER_PROCESS_BYTES: Final = 16 * 2**20
 
 

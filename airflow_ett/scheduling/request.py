@@ -39,7 +39,9 @@ go on (its task allows restarts in place again).
 
 Written atomically (a reader never sees half a request), validated when read (the work
 dir is trusted, docs/security.md, but a hand-made or truncated file must not crash the
-task): a file that does not parse is reported and ignored.
+task): a file that does not parse, or whose numbers lie outside their ranges (`limits`:
+times from 2000 to 2100, `leave_by` at most a day and a minute after `requested_at`,
+`grace_s` and `resume_after_s` up to a day), is reported and ignored.
 """
 
 from __future__ import annotations
