@@ -40,7 +40,8 @@ go on (its task allows restarts in place again).
 Written atomically (a reader never sees half a request), validated when read (the work
 dir is trusted, docs/security.md, but a hand-made or truncated file must not crash the
 task): a file that does not parse, or whose numbers lie outside their ranges (`limits`:
-times from 2000 to 2100, `leave_by` at most a day and a minute after `requested_at`,
+times from 2000 to 2100, an `at_checkpoint` `leave_by` at most a day and a minute after
+`requested_at`,
 `grace_s` and `resume_after_s` up to a day), is reported and ignored.
 """
 
@@ -131,7 +132,9 @@ def _text(field: str, value: Any) -> str:
 #: A request's grace: the tenants file's (`limits.GRACE_S`), or 0 (leave at once).
 _GRACE_S: Final = Range("a number of seconds", 0, limits.GRACE_S.hi)
 #: The most an `at_checkpoint` request's `leave_by` may lie after its `requested_at`:
-#: the longest `checkpoint_wait_s` plus the margin (`leave_by_for` never goes further).
+#: the longest `checkpoint_wait_s` plus the margin (`leave_by_for` never goes further). A
+#: `now` request's `leave_by` is when it was made `now`: an escalated one's lies as late
+#: as the controller came to escalate it (`snapshot.review_requests`), in the time window.
 MAX_LEAVE_AFTER_S: Final = limits.CHECKPOINT_WAIT_S.hi + LEAVE_BY_MARGIN_S
 
 
@@ -168,9 +171,10 @@ def parse_request(text: str) -> PreemptRequest:
         if leave_by < requested_at:
             raise RequestError(f"leave_by: {leave_by!r} is before requested_at "
                                f"{requested_at!r}")
-        if leave_by - requested_at > MAX_LEAVE_AFTER_S:
+        if mode == "at_checkpoint" and leave_by - requested_at > MAX_LEAVE_AFTER_S:
             raise RequestError(f"leave_by: {leave_by!r} is more than {MAX_LEAVE_AFTER_S:g} s "
-                               f"after requested_at {requested_at!r}")
+                               f"after requested_at {requested_at!r} in an 'at_checkpoint' "
+                               "request")
     return PreemptRequest(
         victim=_text("victim", raw.get("victim")),
         for_job=_text("for_job", raw.get("for_job")),

@@ -118,8 +118,9 @@ BAD_NUMBERS = [
     ({"leave_by": 1e300}, f"leave_by: 1e\\+300 is not {TIME}"),
     ({"leave_by": 1_700_000_000.0}, r"leave_by: 1700000000.0 is before requested_at "
                                     r"1800000000.0"),
-    ({"leave_by": 1_800_000_000.0 + 86460.5},
-     r"leave_by: 1800086460.5 is more than 86460 s after requested_at 1800000000.0"),
+    ({"mode": "at_checkpoint", "leave_by": 1_800_000_000.0 + 86460.5},
+     r"leave_by: 1800086460.5 is more than 86460 s after requested_at 1800000000.0 in an "
+     r"'at_checkpoint' request"),
     ({"grace_s": -1}, r"grace_s: -1 is not a number of seconds in \[0, 86400\]"),
     ({"grace_s": True}, r"grace_s: True is not a number of seconds in \[0, 86400\]"),
     ({"grace_s": 1e308}, r"grace_s: 1e\+308 is not a number of seconds in \[0, 86400\]"),
@@ -139,6 +140,14 @@ def test_a_number_out_of_its_range_is_refused_naming_field_and_value(
     raw = {**json.loads(GOOD.to_json()), **change}
     with pytest.raises(RequestError, match=f"^{message}$"):
         parse_request(json.dumps(raw))
+
+
+def test_an_escalated_request_is_read_however_late_it_was_escalated() -> None:
+    """The controller rewrites an overdue `at_checkpoint` request as `now` with `leave_by`
+    then (snapshot.review_requests): days later if it was down meanwhile."""
+    late = PreemptRequest(victim="b", for_job="a", reason="r", requested_at=1.8e9,
+                          grace_s=86_400.0, mode="now", leave_by=1.8e9 + 5 * 86_400.0)
+    assert parse_request(late.to_json()) == late
 
 
 @settings(max_examples=200, deadline=None)
