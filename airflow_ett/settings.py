@@ -73,13 +73,25 @@ def _parse_bool(key: str, value: str) -> bool:
     raise SettingsError(f"[ett] {key} must be true or false, got {value!r}")
 
 
-def _parse_positive_float(key: str, value: str) -> float:
+#: The plausible range of each number of the section (docs/decisions/0023): a value
+#: outside is a typo or a unit mistake, refused with the key and the value.
+#: `emit_timeout`: recording may hold a task up this long at most; past a few minutes the
+#: task would be waiting on its own bookkeeping (and a thread's wait refuses 1e308 s).
+MAX_EMIT_TIMEOUT_S = 300.0
+#: `rollup_recompute_days`: each nightly run recomputes this many days: a year at most.
+MAX_RECOMPUTE_DAYS = 366
+#: `rollup_catchup_days`: missed days caught up after a pause: ten years at most (the
+#: DAG's start date is that many days back; past year 1 it cannot be a date at all).
+MAX_CATCHUP_DAYS = 3660
+
+
+def _parse_positive_float(key: str, value: str, maximum: float) -> float:
     try:
         number = float(value)
     except ValueError:
         raise SettingsError(f"[ett] {key} must be a number of seconds, got {value!r}") from None
-    if not number > 0:
-        raise SettingsError(f"[ett] {key} must be > 0, got {value!r}")
+    if not 0 < number <= maximum:
+        raise SettingsError(f"[ett] {key} must be > 0 and <= {maximum:g}, got {value!r}")
     return number
 
 
@@ -97,18 +109,19 @@ class EttSettings:
             store_url=raw_setting("store_url"),
             disabled=_parse_bool("disabled", raw_setting("disabled")),
             spool_dir=Path(raw_setting("spool_dir")).expanduser(),
-            emit_timeout=_parse_positive_float("emit_timeout", raw_setting("emit_timeout")),
+            emit_timeout=_parse_positive_float("emit_timeout", raw_setting("emit_timeout"),
+                                               MAX_EMIT_TIMEOUT_S),
             work_dir=Path(raw_setting("work_dir")).expanduser(),
         )
 
 
-def _parse_int(key: str, value: str, *, minimum: int) -> int:
+def _parse_int(key: str, value: str, *, minimum: int, maximum: int) -> int:
     try:
         number = int(value.strip())
     except ValueError:
         raise SettingsError(f"[ett] {key} must be an integer, got {value!r}") from None
-    if number < minimum:
-        raise SettingsError(f"[ett] {key} must be >= {minimum}, got {value!r}")
+    if not minimum <= number <= maximum:
+        raise SettingsError(f"[ett] {key} must be in [{minimum}, {maximum}], got {value!r}")
     return number
 
 
@@ -151,9 +164,10 @@ class RollupSettings:
             timezone=tz,
             components_file=_expand_path(components) if components else None,
             recompute_days=_parse_int("rollup_recompute_days",
-                                      raw_setting("rollup_recompute_days"), minimum=1),
+                                      raw_setting("rollup_recompute_days"), minimum=1,
+                                      maximum=MAX_RECOMPUTE_DAYS),
             catchup_days=_parse_int("rollup_catchup_days", raw_setting("rollup_catchup_days"),
-                                    minimum=1),
+                                    minimum=1, maximum=MAX_CATCHUP_DAYS),
             report_dir=_expand_path(raw_setting("report_dir")),
             whatif_cut_pct=_parse_float_in("whatif_cut_pct", raw_setting("whatif_cut_pct"),
                                            0, 100),

@@ -16,6 +16,7 @@ from airflow.sdk import BaseOperator
 from airflow_ett.emit import Emitter, get_emitter
 from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import (
+    MAX_NPROC,
     JobPaths,
     check_trainer_config,
     check_work_dir,
@@ -45,7 +46,7 @@ class EttTrainerOperator(BaseOperator):
                  work_dir: str | None = None, record: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         r = reader(type(self).__name__)
-        nproc = r.integer("nproc", nproc, minimum=1)
+        nproc = r.integer("nproc", nproc, minimum=1, maximum=MAX_NPROC)
         check_trainer_config(trainer_config, nproc=nproc)
         self.trainer_config = dict(trainer_config)
         self.nproc = nproc

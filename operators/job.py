@@ -19,17 +19,32 @@ from typing import Any, Final
 
 from airflow_ett._fs import atomic_write
 from airflow_ett.trainer.config import (
+    MAX_ATTEMPT,
+    MAX_STEPS,
     ConfigError,
     TrainerConfig,
     check_fault_ranks,
     config_from_mapping,
 )
 from airflow_ett.trainer.faults import FAULT_KINDS as TRAINER_FAULT_KINDS
-from airflow_ett.trainer.preflight import check_parse_time_memory
+from airflow_ett.trainer.preflight import check_cursor_range, check_parse_time_memory
 from airflow_ett.trainer.readers import Reader
 
 # Fields the operators own: a DAG file that sets them would fight the job's layout.
 MANAGED_FIELDS: Final = ("checkpoint_dir", "compile_cache_dir", "events_file")
+# The plausible range of the operators' own numbers (docs/decisions/0023); the trainer
+# config's are in `airflow_ett.trainer.config`.
+#: Trainer processes on one host (torchrun's --nproc-per-node): hosts have at most a few
+#: hundred cores, and 8 to 16 accelerators.
+MAX_NPROC: Final = 1024
+#: In-place restarts per try, and Airflow retries: each repeats the job's whole start;
+#: past a hundred the job is failing, not recovering.
+MAX_RESTARTS: Final = 100
+MAX_RETRIES: Final = 100
+#: Airflow's own longest retry delay defaults to a day (`[core] max_task_retry_delay`).
+MAX_RETRY_DELAY_S: Final = 86_400.0
+#: One attempt's wall-clock bound: training attempts run hours to weeks; 30 days.
+MAX_ATTEMPT_TIMEOUT_S: Final = 30 * 86_400.0
 FAULT_KINDS: Final = ("none", *TRAINER_FAULT_KINDS)  # what the trigger form offers
 PARAM_NAMES: Final = ("steps", "inject_fault", "fault_at_step", "fault_attempt")
 
@@ -86,6 +101,8 @@ def check_trainer_config(config: Mapping[str, Any], *, nproc: int = 1) -> Traine
     try:
         cfg = config_from_mapping({**config, "checkpoint_dir": "/nonexistent/validate"})
         check_fault_ranks(cfg.faults, nproc)  # a fault aimed at rank 3 of 2: at parse time
+        check_cursor_range(cfg.steps, cfg.batch_size, nproc,
+                           Reader("trainer config", ConfigError))
         check_parse_time_memory(cfg.model, cfg.batch_size, prefetch=cfg.prefetch,
                                 num_workers=cfg.num_workers, nproc=nproc,
                                 reader=Reader("trainer config", ConfigError))
@@ -109,20 +126,21 @@ def check_train_args(where: str, *, restarts: object, publish_in_task: object,
                      attempt_timeout_s: object) -> tuple[int, bool, float | None]:
     """The train operator's own arguments, read like every other field."""
     r = reader(where)
-    return (r.integer("restarts", restarts, minimum=0),
+    return (r.integer("restarts", restarts, minimum=0, maximum=MAX_RESTARTS),
             r.boolean("publish_in_task", publish_in_task),
             None if attempt_timeout_s is None
-            else r.number("attempt_timeout_s", attempt_timeout_s, above=0))
+            else r.number("attempt_timeout_s", attempt_timeout_s, above=0,
+                          maximum=MAX_ATTEMPT_TIMEOUT_S))
 
 
-def _int_param(params: Mapping[str, Any], name: str, minimum: int) -> int:
+def _int_param(params: Mapping[str, Any], name: str, minimum: int, maximum: int) -> int:
     """A trigger-form integer. The form (or `airflow dags trigger -c`) may send the
     digits as a string: those are read exactly; anything else that is not an int
     (a float, a bool, '12.5') is refused, never truncated."""
     value = params[name]
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 30:
         value = int(value)
-    return reader("").integer(f"DAG param {name!r}", value, minimum=minimum)
+    return reader("").integer(f"DAG param {name!r}", value, minimum=minimum, maximum=maximum)
 
 
 def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -135,16 +153,16 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
     out = dict(config)
     params = reader("").mapping("DAG params", params or {})
     if params.get("steps") is not None:
-        out["steps"] = _int_param(params, "steps", 1)
+        out["steps"] = _int_param(params, "steps", 1, MAX_STEPS)
     kind = params.get("inject_fault")
     if kind is not None:
         reader("").text("DAG param 'inject_fault'", kind, choices=FAULT_KINDS)
         if kind == "none":
             wanted: list[dict[str, Any]] = []
         else:
-            at_step = _int_param(params, "fault_at_step", 1) if params.get(
+            at_step = _int_param(params, "fault_at_step", 1, MAX_STEPS) if params.get(
                 "fault_at_step") is not None else 1
-            attempt = _int_param(params, "fault_attempt", 1) if params.get(
+            attempt = _int_param(params, "fault_attempt", 1, MAX_ATTEMPT) if params.get(
                 "fault_attempt") is not None else 1
             wanted = [{"kind": kind, "at_step": at_step, "attempt": attempt}]
         # The form shows the first configured fault as its default: submitted unchanged,

@@ -18,6 +18,10 @@ from airflow.sdk import DAG, Param
 from airflow_ett.jobs import tags_for
 from airflow_ett.operators.job import (
     FAULT_KINDS,
+    MAX_NPROC,
+    MAX_RESTARTS,
+    MAX_RETRIES,
+    MAX_RETRY_DELAY_S,
     JobConfigError,
     check_trainer_config,
     check_work_dir,
@@ -26,6 +30,7 @@ from airflow_ett.operators.job import (
 from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
 from airflow_ett.operators.publish import PublishModelOperator
 from airflow_ett.operators.train import TorchRecTrainOperator
+from airflow_ett.trainer.config import MAX_ATTEMPT, MAX_STEPS
 
 TRAINER_OPTIMIZATIONS: Final = ("fast_batch", "parallel_init", "compile_cache",
                                 "async_checkpoint", "warm_standby")
@@ -195,12 +200,14 @@ def training_job(
     if not isinstance(model, str | Mapping) or (isinstance(model, str) and not model.strip()):
         raise _R.fail("model", model, "must be a bundled model's name, a path to a JSON model "
                                       "config, or the config as a mapping")
-    steps = _R.integer("steps", steps, minimum=1)
-    retries = _R.integer("retries", retries, minimum=0)
-    if not isinstance(retry_delay, timedelta) or retry_delay < timedelta(0):
-        raise _R.fail("retry_delay", retry_delay, "must be a timedelta >= 0")
-    restarts = _R.integer("restarts", restarts, minimum=0)
-    nproc = _R.integer("nproc", nproc, minimum=1)
+    steps = _R.integer("steps", steps, minimum=1, maximum=MAX_STEPS)
+    retries = _R.integer("retries", retries, minimum=0, maximum=MAX_RETRIES)
+    if not isinstance(retry_delay, timedelta) or not (
+            timedelta(0) <= retry_delay <= timedelta(seconds=MAX_RETRY_DELAY_S)):
+        raise _R.fail("retry_delay", retry_delay,
+                      f"must be a timedelta >= 0 and <= {MAX_RETRY_DELAY_S:.0f} s")
+    restarts = _R.integer("restarts", restarts, minimum=0, maximum=MAX_RESTARTS)
+    nproc = _R.integer("nproc", nproc, minimum=1, maximum=MAX_NPROC)
     _R.text("tenant", tenant, max_len=80)
     if start_date is not None and not isinstance(start_date, datetime):
         raise _R.fail("start_date", start_date, "must be a datetime or None")
@@ -230,15 +237,16 @@ def training_job(
 
     first_fault = cfg.faults[0] if cfg.faults else None  # validated: no int() truncation
     params = {
-        "steps": Param(steps, type="integer", minimum=1, description="training steps"),
+        "steps": Param(steps, type="integer", minimum=1, maximum=MAX_STEPS,
+                       description="training steps"),
         "inject_fault": Param(first_fault.kind if first_fault else "none",
                               enum=list(FAULT_KINDS),
                               description="inject one failure into the trainer"),
         "fault_at_step": Param(first_fault.at_step if first_fault else 1, type="integer",
-                               minimum=1,
+                               minimum=1, maximum=MAX_STEPS,
                                description="the step after which the failure happens"),
         "fault_attempt": Param((first_fault.attempt or 1) if first_fault else 1,
-                               type="integer", minimum=1,
+                               type="integer", minimum=1, maximum=MAX_ATTEMPT,
                                description="the trainer attempt it happens on"),
     }
     common: dict[str, Any] = {"trainer_config": trainer_config, "nproc": nproc,

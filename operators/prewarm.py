@@ -21,6 +21,10 @@ from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.trainer.faults import EXIT_BAD_CONFIG, EXIT_OK
 
+#: The longest `timeout_s` (docs/decisions/0023): a cold compile with autotuning takes
+#: minutes to an hour; a prewarm still compiling after a day has failed.
+MAX_PREWARM_S = 86_400.0
+
 
 class CompileCachePrewarmOperator(EttTrainerOperator):
     """Fill the compile cache for a lifecycle job's model, shapes and world size.
@@ -37,7 +41,8 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
 
     def __init__(self, *, queue: str = "cpu", timeout_s: float = 1800.0, **kwargs: Any) -> None:
         super().__init__(queue=reader(type(self).__name__).text("queue", queue), **kwargs)
-        self.timeout_s = reader(type(self).__name__).number("timeout_s", timeout_s, above=0)
+        self.timeout_s = reader(type(self).__name__).number("timeout_s", timeout_s, above=0,
+                                                            maximum=MAX_PREWARM_S)
         self._proc: subprocess.Popen[str] | None = None
         self._killed: threading.Event | None = None
 

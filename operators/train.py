@@ -356,15 +356,18 @@ class TorchRecTrainOperator(EttTrainerOperator):
 
         from airflow.exceptions import AirflowRescheduleException
 
+        from airflow_ett.scheduling.limits import RESUME_AFTER_S
         from airflow_ett.scheduling.request import archive_request
 
         done = archive_request(paths.job_dir) or claimed
         self.emitter(context).flush()
+        # parse_request bounds it; a request built otherwise must not overflow the date
+        resume_after_s = RESUME_AFTER_S.clamp(request.resume_after_s)
         self.log.warning("preempted for %s: the GPUs go back to the scheduler; this task runs "
                          "again in %.0f s from its checkpoint, with no retry spent (request "
-                         "kept as %s)", request.for_job, request.resume_after_s, done)
+                         "kept as %s)", request.for_job, resume_after_s, done)
         raise AirflowRescheduleException(  # type: ignore[no-untyped-call]
-            reschedule_date=datetime.now(UTC) + timedelta(seconds=request.resume_after_s))
+            reschedule_date=datetime.now(UTC) + timedelta(seconds=resume_after_s))
 
     def on_kill(self) -> None:
         """Ask the trainer to checkpoint and leave (SIGTERM: it exits 75 after saving),

@@ -123,6 +123,9 @@ def test_disabled_accepts_boolean_spellings(
         ("emit_timeout", "0"),
         ("emit_timeout", "-1.5"),
         ("emit_timeout", "nan"),
+        ("emit_timeout", "inf"),
+        ("emit_timeout", "1e308"),
+        ("emit_timeout", "300.5"),
     ],
 )
 def test_bad_values_name_key_and_value(
@@ -134,6 +137,14 @@ def test_bad_values_name_key_and_value(
     message = str(excinfo.value)
     assert key in message
     assert repr(value) in message
+
+
+def test_the_emit_timeout_range_ends_are_accepted(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for text in ("0.001", "300"):
+        monkeypatch.setenv("AIRFLOW__ETT__EMIT_TIMEOUT", text)
+        assert EttSettings.load().emit_timeout == float(text)
 
 
 def test_bad_value_in_airflow_cfg_is_reported_too(home: Path) -> None:
@@ -186,7 +197,11 @@ def test_rollup_defaults(home: Path) -> None:
 
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("rollup_timezone", "Mars/Olympus", "rollup_timezone must be an IANA time zone name"),
-    ("rollup_recompute_days", "0", "rollup_recompute_days must be >= 1, got '0'"),
+    ("rollup_recompute_days", "0", r"rollup_recompute_days must be in \[1, 366\], got '0'"),
+    ("rollup_recompute_days", "367", r"rollup_recompute_days must be in \[1, 366\], got "
+                                     "'367'"),
+    ("rollup_catchup_days", "1000000000000", r"rollup_catchup_days must be in \[1, 3660\], "
+                                             "got '1000000000000'"),
     ("rollup_catchup_days", "two", "rollup_catchup_days must be an integer, got 'two'"),
     ("whatif_cut_pct", "101", r"whatif_cut_pct must be in \[0, 100\], got '101'"),
     ("whatif_start_s", "-1", r"whatif_start_s must be in \[0, 86400\], got '-1'"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from airflow_ett.ett.events import MAX_WORLD_SIZE
 from airflow_ett.trainer.faults import FAULT_KINDS, SLOW_SAVE_S, FaultKind
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
 from airflow_ett.trainer.readers import Reader, show
@@ -23,6 +24,38 @@ from airflow_ett.trainer.readers import Reader, show
 
 class ConfigError(ValueError):
     """A trainer config that cannot run; the message names the field and value."""
+
+
+# The plausible range of every number of the config (docs/decisions/0023): generous, so
+# that any real job fits, and tight enough that a typo or a unit mistake (milliseconds
+# for seconds) is refused at load instead of crashing or hanging the job later.
+DAY_S = 86_400.0
+#: Steps of one job: at a millisecond a step, 11 days; real jobs run 1e4 to 1e7.
+MAX_STEPS = 10**9
+#: Examples per process per step: DLRM's largest published global batches are 64k-256k.
+MAX_BATCH_SIZE = 2**20
+#: Learning rates: past 100, SGD and Adagrad diverge on the first step.
+MAX_LR = 100.0
+#: Data worker processes per trainer process: each is a process of its own (about 17 MB
+#: before any batch; the preflight counts them against memory) and a host has at most a
+#: few hundred cores.
+MAX_NUM_WORKERS = 256
+#: Batches queued ahead of the step.
+MAX_PREFETCH = 1024
+#: `data_startup_latency_s` stands in for a real pipeline's connection to its storage
+#: (benchmarks); `step_sleep_s` pads each step (demos): an hour of either is no demo.
+MAX_SLEEP_S = 3600.0
+#: Checkpoints kept.
+MAX_KEEP_LAST = 1000
+#: Durations of the job's own clock: the grace to checkpoint and leave (as the tenants
+#: file's `grace_s`), a log line's period, the hang watchdog, a checkpoint interval in
+#: seconds, a `slow_save`'s extra time: a day at most (past it a deadline never comes
+#: while anyone watches, and 1e308 overflows every timer it reaches).
+MAX_DURATION_S = DAY_S
+#: A fault's `attempt`: an attempt number no retry policy reaches.
+MAX_ATTEMPT = 10_000
+#: A fault's `rank` is below the most processes a job may report (events'
+#: `MAX_WORLD_SIZE`) and below this job's world size (`check_fault_ranks`).
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +150,8 @@ def _interval(value: object) -> int | str:
     if isinstance(value, bool):
         raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
     if isinstance(value, int):
-        if value <= 0:
-            raise _bad("checkpoint_interval", value, "steps must be > 0")
+        if not 0 < value <= MAX_STEPS:
+            raise _bad("checkpoint_interval", value, f"steps must be > 0 and <= {MAX_STEPS}")
         return value
     if isinstance(value, str):
         if value == "auto":
@@ -128,6 +161,9 @@ def _interval(value: object) -> int | str:
                 seconds = float(value[:-1])
             except ValueError:
                 seconds = -1.0
+            if math.isfinite(seconds) and seconds > MAX_DURATION_S:
+                raise _bad("checkpoint_interval", value,
+                           f"seconds must be <= {MAX_DURATION_S:.0f}")
             if math.isfinite(seconds) and seconds > 0:  # "infs" / "nans" parse as floats
                 return value
         raise _bad("checkpoint_interval", value, _INTERVAL_WHY)
@@ -153,22 +189,39 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
         kind = item.get("kind")
         if kind not in FAULT_KINDS:
             raise _bad(f"faults[{i}].kind", kind, f"must be {_one_of(FAULT_KINDS)}")
-        at_step = _R.integer(f"faults[{i}].at_step", item.get("at_step"), minimum=1)
+        at_step = _R.integer(f"faults[{i}].at_step", item.get("at_step"), minimum=1,
+                             maximum=MAX_STEPS)
         attempt = item.get("attempt")
         if attempt is not None:
-            attempt = _R.integer(f"faults[{i}].attempt", attempt, minimum=1)
+            attempt = _R.integer(f"faults[{i}].attempt", attempt, minimum=1,
+                                 maximum=MAX_ATTEMPT)
         seconds = SLOW_SAVE_S
         if "seconds" in item:
             if kind != "slow_save":
                 raise _bad(f"faults[{i}].seconds", item["seconds"],
                            f"is for a 'slow_save' fault only, not {kind!r}")
-            seconds = _R.number(f"faults[{i}].seconds", item["seconds"], minimum=0.0)
+            seconds = _R.number(f"faults[{i}].seconds", item["seconds"], minimum=0.0,
+                                maximum=MAX_DURATION_S)
         rank = item.get("rank")
         if rank is not None:
-            rank = _R.integer(f"faults[{i}].rank", rank, minimum=0)
+            rank = _R.integer(f"faults[{i}].rank", rank, minimum=0,
+                              maximum=MAX_WORLD_SIZE - 1)
         out.append(FaultSpec(kind, at_step, attempt, seconds, rank))
     _no_overlap(out, raw)
     return tuple(out)
+
+
+def _faults_within(faults: tuple[FaultSpec, ...], steps: int) -> None:
+    """Every fault at a step the job reaches: one after `steps` would never fire, and a
+    `slow_save` at the last step neither (that step's save is the final one, which no
+    fault slows); `ConfigError` naming the first."""
+    for i, spec in enumerate(faults):
+        last = steps - 1 if spec.kind == "slow_save" else steps
+        if spec.at_step > last:
+            why = (f"must be below steps ({steps}): no periodic save is made at the last step"
+                   if spec.kind == "slow_save"
+                   else f"must be at most steps ({steps}): the job never reaches it")
+            raise _bad(f"faults[{i}].at_step", spec.at_step, why)
 
 
 def _no_overlap(faults: list[FaultSpec], raw: list[Any] | tuple[Any, ...]) -> None:
@@ -195,14 +248,15 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         value = data.get(name)
         return None if value is None else _R.path(name, value, base=base)
 
-    def integer(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+    def integer(name: str, default: int, minimum: int, maximum: int) -> int:
         return _R.integer(name, data.get(name, default), minimum=minimum, maximum=maximum)
 
-    def seconds(name: str, default: float, *, positive: bool) -> float:
+    def seconds(name: str, default: float, *, positive: bool,
+                maximum: float = MAX_DURATION_S) -> float:
         value = data.get(name, default)
         if positive:
-            return _R.number(name, value, above=0)
-        return _R.number(name, value, minimum=0)
+            return _R.number(name, value, above=0, maximum=maximum)
+        return _R.number(name, value, minimum=0, maximum=maximum)
 
     try:
         model = resolve_model_config(data["model"])
@@ -213,27 +267,32 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
     if checkpoint_dir is None:
         raise _bad("checkpoint_dir", None, "must be a path (a non-empty string)")
     hang = data.get("hang_timeout_s")
+    steps = integer("steps", 0, minimum=1, maximum=MAX_STEPS)
+    faults = _faults(data.get("faults", []))
+    _faults_within(faults, steps)
     return TrainerConfig(
         model=model,
-        steps=integer("steps", 0, minimum=1),
+        steps=steps,
         checkpoint_dir=checkpoint_dir,
         seed=integer("seed", 1234, minimum=0, maximum=2**63 - 1),
-        batch_size=integer("batch_size", 256, minimum=1),
-        lr_dense=_R.number("lr_dense", data.get("lr_dense", 0.05), above=0),
-        lr_sparse=_R.number("lr_sparse", data.get("lr_sparse", 0.05), above=0),
-        num_workers=integer("num_workers", 1, minimum=0),
-        prefetch=integer("prefetch", 4, minimum=1),
-        data_startup_latency_s=seconds("data_startup_latency_s", 0.0, positive=False),
+        batch_size=integer("batch_size", 256, minimum=1, maximum=MAX_BATCH_SIZE),
+        lr_dense=_R.number("lr_dense", data.get("lr_dense", 0.05), above=0, maximum=MAX_LR),
+        lr_sparse=_R.number("lr_sparse", data.get("lr_sparse", 0.05), above=0,
+                            maximum=MAX_LR),
+        num_workers=integer("num_workers", 1, minimum=0, maximum=MAX_NUM_WORKERS),
+        prefetch=integer("prefetch", 4, minimum=1, maximum=MAX_PREFETCH),
+        data_startup_latency_s=seconds("data_startup_latency_s", 0.0, positive=False,
+                                       maximum=MAX_SLEEP_S),
         compile=_R.boolean("compile", data.get("compile", True)),
         compile_cache_dir=path("compile_cache_dir"),
         checkpoint_interval=_interval(data.get("checkpoint_interval", 50)),
-        keep_last=integer("keep_last", 3, minimum=1),
+        keep_last=integer("keep_last", 3, minimum=1, maximum=MAX_KEEP_LAST),
         grace_s=seconds("grace_s", 30.0, positive=True),
         log_every_s=seconds("log_every_s", 5.0, positive=True),
-        step_sleep_s=seconds("step_sleep_s", 0.0, positive=False),
+        step_sleep_s=seconds("step_sleep_s", 0.0, positive=False, maximum=MAX_SLEEP_S),
         hang_timeout_s=None if hang is None else seconds("hang_timeout_s", 0.0, positive=True),
         events_file=path("events_file"),
-        faults=_faults(data.get("faults", [])),
+        faults=faults,
         optimizations=Optimizations(**opts_raw),
     )
 

@@ -19,6 +19,20 @@ class ModelConfigError(ValueError):
     """A model config that cannot be built; the message names the field and value."""
 
 
+# The plausible range of every number of a model config (docs/decisions/0023). Memory is
+# the preflight's to judge (`preflight.check_memory`); these refuse what no DLRM is.
+#: Dense features, the embedding dimension and the ids a sample has per feature: real
+#: DLRMs have tens of dense features, dimensions of 16 to 512 and up to a few hundred ids.
+MAX_WIDTH = 2**16
+#: Rows of one table: the largest production tables have billions; 2**40 is a trillion
+#: (and what an int64 id indexes with room to spare).
+MAX_ROWS = 2**40
+#: Tables (sparse features): production DLRMs have hundreds to about a thousand.
+MAX_TABLES = 4096
+#: Units of one MLP layer.
+MAX_LAYER = 2**20
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     """Shapes of a DLRM. All tables share `embedding_dim` (the interaction is a dot
@@ -40,9 +54,9 @@ class ModelConfig:
             raise ModelConfigError(f"model config: name = {show(self.name)}: must be a "
                                    "non-empty string")
         r = Reader(f"model config {self.name!r}", ModelConfigError)
-        r.integer("num_dense", self.num_dense, minimum=1)
-        r.integer("embedding_dim", self.embedding_dim, minimum=1)
-        r.integer("ids_per_feature", self.ids_per_feature, minimum=1)
+        r.integer("num_dense", self.num_dense, minimum=1, maximum=MAX_WIDTH)
+        r.integer("embedding_dim", self.embedding_dim, minimum=1, maximum=MAX_WIDTH)
+        r.integer("ids_per_feature", self.ids_per_feature, minimum=1, maximum=MAX_WIDTH)
         self._check_tables(r)
         self._check_archs(r)
         r.mapping("extra", self.extra)
@@ -51,6 +65,9 @@ class ModelConfig:
         """At least one table, each a (unique name, positive integer rows) pair."""
         if not isinstance(self.tables, tuple) or not self.tables:
             raise r.fail("tables", self.tables, "needs at least one table")
+        if len(self.tables) > MAX_TABLES:
+            raise r.fail("tables", f"{len(self.tables)} tables",
+                         f"must be at most {MAX_TABLES} tables")
         for i, table in enumerate(self.tables):
             if not isinstance(table, tuple) or len(table) != 2:
                 raise r.fail(f"tables[{i}]", table, "must be a pair [name, num_embeddings]")
@@ -61,8 +78,9 @@ class ModelConfig:
         for name, rows in self.tables:
             if isinstance(rows, bool) or not isinstance(rows, int):
                 raise r.fail(f"tables[{name}]", rows, "num_embeddings must be an integer")
-            if rows <= 0:
-                raise r.fail(f"tables[{name}]", rows, "num_embeddings must be > 0")
+            if not 0 < rows <= MAX_ROWS:
+                raise r.fail(f"tables[{name}]", rows,
+                             f"num_embeddings must be > 0 and <= {MAX_ROWS}")
 
     def _check_archs(self, r: Reader) -> None:
         """Positive layer sizes; the dense arch ends in `embedding_dim`, the over arch in 1."""
@@ -70,8 +88,10 @@ class ModelConfig:
             sizes = getattr(self, arch)
             if not isinstance(sizes, tuple):
                 raise r.fail(arch, sizes, "must be a tuple of layer sizes")
+            if len(sizes) > MAX_TABLES:
+                raise r.fail(arch, f"{len(sizes)} layers", f"must be at most {MAX_TABLES} layers")
             for i, size in enumerate(sizes):
-                r.integer(f"{arch}[{i}]", size, minimum=1)
+                r.integer(f"{arch}[{i}]", size, minimum=1, maximum=MAX_LAYER)
         if not self.dense_arch or self.dense_arch[-1] != self.embedding_dim:
             raise r.fail("dense_arch", self.dense_arch,
                          f"must end in embedding_dim ({self.embedding_dim})")
@@ -108,18 +128,20 @@ class ModelConfig:
             if len(pair) != 2:
                 raise r.fail(f"tables[{i}]", item, "must be a pair [name, num_embeddings]")
             tables.append((r.text(f"tables[{i}] name", pair[0]),
-                           r.integer(f"tables[{i}] num_embeddings", pair[1], minimum=1)))
+                           r.integer(f"tables[{i}] num_embeddings", pair[1], minimum=1,
+                                     maximum=MAX_ROWS)))
         return cls(
             name=r.text("name", data["name"]),
-            num_dense=r.integer("num_dense", data["num_dense"], minimum=1),
-            embedding_dim=r.integer("embedding_dim", data["embedding_dim"], minimum=1),
+            num_dense=r.integer("num_dense", data["num_dense"], minimum=1, maximum=MAX_WIDTH),
+            embedding_dim=r.integer("embedding_dim", data["embedding_dim"], minimum=1,
+                                    maximum=MAX_WIDTH),
             tables=tuple(tables),
-            dense_arch=tuple(r.integer(f"dense_arch[{i}]", x, minimum=1)
+            dense_arch=tuple(r.integer(f"dense_arch[{i}]", x, minimum=1, maximum=MAX_LAYER)
                              for i, x in enumerate(r.sequence("dense_arch", data["dense_arch"]))),
-            over_arch=tuple(r.integer(f"over_arch[{i}]", x, minimum=1)
+            over_arch=tuple(r.integer(f"over_arch[{i}]", x, minimum=1, maximum=MAX_LAYER)
                             for i, x in enumerate(r.sequence("over_arch", data["over_arch"]))),
             ids_per_feature=r.integer("ids_per_feature", data.get("ids_per_feature", 4),
-                                      minimum=1),
+                                      minimum=1, maximum=MAX_WIDTH),
             extra=dict(r.mapping("extra", data.get("extra", {}))),
         )
 

@@ -39,9 +39,32 @@ def fail(message: str) -> NoReturn:
 
 # --- argument types ----------------------------------------------------------------------
 
+# The plausible range of each numeric option (docs/decisions/0023): beyond it a value is a
+# typo, and some would overflow later (`--limit 1e30` as an SQL integer, `--interval` in
+# `time.sleep`, `--days` in a date).
+#: Times (`--since`, `--until`, `--now`): the window every event time lies in, 2000 to
+#: 2100 UTC (`airflow_ett.ett.events.TS_MIN`/`TS_MAX`, repeated here so that parsing the
+#: arguments does not import the event code: 30 ms on every command; a test holds them
+#: equal).
+TS_MIN = 946_684_800.0
+TS_MAX = 4_102_444_800.0
+#: Rows a listing prints (`runs list --limit`).
+MAX_LIMIT = 100_000
+#: Days looked back (`tenants check --days`): ten years.
+MAX_DAYS = 3660
+#: Seconds between the preemption controller's looks: an hour at most (a slower look
+#: is no controller).
+MAX_INTERVAL_S = 3600
+#: Seconds a command waits for a run (`embedded run --timeout`): a day.
+MAX_WAIT_S = 86_400.0
+#: GPUs of a fleet (`simulate-preemption --capacity`): the tenants file's bound
+#: (`airflow_ett.scheduling.limits.MAX_GPUS`, repeated for the same reason as the times).
+MAX_GPUS = 1 << 20
+
 
 def time_arg(text: str) -> float:
-    """Unix seconds or an ISO-8601 date/time (UTC when no zone is given)."""
+    """Unix seconds or an ISO-8601 date/time (UTC when no zone is given), from 2000 to
+    2100 UTC."""
     try:
         seconds = float(text)
     except ValueError:
@@ -50,7 +73,7 @@ def time_arg(text: str) -> float:
         if not math.isfinite(seconds):
             raise argparse.ArgumentTypeError(f"not a time: {text!r} (a finite number of "
                                              "Unix seconds, or ISO-8601)")
-        return seconds
+        return _in_window(text, seconds)
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
@@ -59,7 +82,30 @@ def time_arg(text: str) -> float:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    return _in_window(text, parsed.timestamp())
+
+
+def _in_window(text: str, seconds: float) -> float:
+    if not TS_MIN <= seconds < TS_MAX:
+        raise argparse.ArgumentTypeError(f"not a time from 2000 to 2100 UTC: {text!r} (Unix "
+                                         f"seconds in [{TS_MIN:.0f}, {TS_MAX:.0f}))")
+    return seconds
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse type: a whole number in [lo, hi] (argparse names the option)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # also a number of more digits than int() reads
+            value = lo - 1
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be a whole number in [{lo}, {hi}], got "
+                                             f"{text!r}")
+        return value
+
+    return parse
 
 
 #: The largest count or number of seconds an option takes (`--limit`, `--days`,
@@ -67,19 +113,9 @@ def time_arg(text: str) -> float:
 #: thread's wait and date arithmetic take.
 MAX_COUNT: int = 2**31 - 1
 
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number from 1 to `MAX_COUNT` (`--limit -1` must not mean
-    "all" on SQLite and a database error on PostgreSQL; `--limit 10**30` overflows
-    SQLite's integers)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be a whole number in [1, {MAX_COUNT}], "
-                                         f"got {text!r}")
-    return value
+#: A whole number >= 1 (`--limit -1` must not mean "all" on SQLite and a database error
+#: on PostgreSQL), at most what a 32-bit column holds; prefer a range of the option's own.
+positive_int = int_in(1, MAX_COUNT)
 
 
 def name_arg(text: str) -> str:
@@ -96,12 +132,14 @@ def name_arg(text: str) -> str:
 
 
 def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds in (0, `MAX_WAIT_S`]."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and <= "
+                                         f"{MAX_WAIT_S:.0f}, got {text!r}")
     return value
 
 

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from airflow_ett.cli.common import fail, positive_int
+from airflow_ett.cli.common import MAX_INTERVAL_S, fail, int_in
 
 if TYPE_CHECKING:
     from airflow_ett.cli.common import Subcommands
@@ -36,7 +36,7 @@ def add_parser(sub: Subcommands) -> None:
                     "would do. Run it where the metadata database and [ett] work_dir are "
                     "reachable, once per deployment.")
     run.add_argument("--once", action="store_true", help="look once, print, exit")
-    run.add_argument("--interval", type=positive_int, default=10, metavar="S",
+    run.add_argument("--interval", type=int_in(1, MAX_INTERVAL_S), default=10, metavar="S",
                      help="seconds between looks (default 10)")
     run.add_argument("--store-url", help="SQLAlchemy URL (default: [ett] store_url)")
     run.set_defaults(func=run_command)

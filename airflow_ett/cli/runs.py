@@ -8,9 +8,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from airflow_ett.cli.common import (
+    MAX_LIMIT,
     fail,
+    int_in,
     name_arg,
-    positive_int,
     print_json,
     store_command,
     store_url,
@@ -32,7 +33,7 @@ def add_parser(sub: Subcommands) -> None:
     listing.add_argument("--tenant", type=name_arg)
     listing.add_argument("--model", type=name_arg)
     listing.add_argument("--dag-id", type=name_arg)
-    listing.add_argument("--limit", type=positive_int, default=50,
+    listing.add_argument("--limit", type=int_in(1, MAX_LIMIT), default=50,
                          help="at most this many runs (default: 50)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=list_command)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from airflow_ett.cli.common import fail, positive_int, store_command, store_url
+from airflow_ett.cli.common import MAX_GPUS, fail, int_in, store_command, store_url
 from airflow_ett.cli.rollup import date_arg
 
 if TYPE_CHECKING:
@@ -38,9 +38,10 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--to", dest="last", type=date_arg, required=True, metavar="D2")
     p.add_argument("--tenants", metavar="FILE",
                    help="the tenants file (default: [ett] tenants_file)")
-    p.add_argument("--capacity", type=positive_int, metavar="GPUS",
+    p.add_argument("--capacity", type=int_in(1, MAX_GPUS), metavar="GPUS",
                    help="the fleet's GPUs (default: the file's capacity_gpus, or its quotas)")
-    p.add_argument("--high-priority", type=int, default=None, metavar="P",
+    p.add_argument("--high-priority", type=int_in(-(2**31), 2**31 - 1), default=None,
+                   metavar="P",
                    help="report the waits of jobs of priority >= P (default: the highest "
                         "tenant priority)")
     p.add_argument("--store-url", help="SQLAlchemy URL (default: [ett] store_url)")

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from airflow_ett.cli.common import fail, positive_int, store_url, with_store
+from airflow_ett.cli.common import MAX_DAYS, fail, int_in, store_url, with_store
 
 if TYPE_CHECKING:
 
@@ -49,7 +49,7 @@ def add_parser(sub: Subcommands) -> None:
                     "used; warnings, and a store that cannot be read, leave it 0.")
     check.add_argument("file", metavar="FILE", help="the tenants file (TOML)")
     with_store(check)
-    check.add_argument("--days", type=positive_int, default=7,
+    check.add_argument("--days", type=int_in(1, MAX_DAYS), default=7,
                        help="the checkpoint saves of the last DAYS days (default: 7)")
     check.add_argument("--no-store", action="store_true",
                        help="check the file alone: do not read the ETT store")
@@ -122,11 +122,14 @@ def scheduling_lines(config: TenantsConfig) -> list[str]:
     """The fleet-wide knobs preemption runs by, as `check` prints them: what a tenant's
     policy means depends on them (a quota counts against the fleet's GPUs; a grace is
     used only when preemption is on and a victim yields at once)."""
+    from airflow_ett.scheduling.tenants import overcommitted
+
     quotas = sum(p.quota_gpus for p in config.tenants.values())
     if config.capacity_gpus is None:
         fleet = f"the quotas' sum, {quotas} (capacity_gpus not set)"
     else:
         fleet = f"capacity_gpus {config.capacity_gpus} (the quotas add up to {quotas})"
+    warning = overcommitted(config)
     from airflow_ett.scheduling.model import MAX_WAIT_PRICE
 
     price = config.checkpoint_wait_price
@@ -148,6 +151,7 @@ def scheduling_lines(config: TenantsConfig) -> list[str]:
         f"scheduling: a preempted job may run again {_amount(config.resume_after_s)} s "
         "after its preemption (resume_after_s)",
         f"scheduling: checkpoint_wait_price {_amount(price)}: {waits}",
+        *([] if warning is None else [f"warning: {warning}"]),
     ]
 
 

@@ -474,6 +474,15 @@ def _check_semantics(e: Event) -> None:
     elif isinstance(e, JobSubmitted) and not 1 <= e.world_size <= MAX_WORLD_SIZE:
         raise EventError(f"must be a GPU count in [1, {MAX_WORLD_SIZE}]", field="world_size",
                          value=e.world_size)
+    elif isinstance(e, TaskStateChanged):
+        _at_least(e.try_number, 0, "try_number")
+        _at_least(e.map_index, -1, "map_index")
+
+
+def _at_least(value: int, lowest: int, field: str) -> None:
+    """Counts and positions (steps, cursors, tries) start at 0 (a map index at -1)."""
+    if value < lowest:
+        raise EventError(f"must be >= {lowest}", field=field, value=value)
 
 
 def _check_rank(e: Event) -> None:
@@ -501,8 +510,8 @@ def _check_progress(e: Progress) -> None:
     if e.cursor_end < e.cursor_start:
         raise EventError(f"must be >= cursor_start ({e.cursor_start})",
                          field="cursor_end", value=e.cursor_end)
-    if e.cursor_start < 0:
-        raise EventError("must be >= 0", field="cursor_start", value=e.cursor_start)
+    _at_least(e.step_start, 0, "step_start")
+    _at_least(e.cursor_start, 0, "cursor_start")
     if e.ts < e.start_ts:
         raise EventError(f"span ends before it starts (start_ts={e.start_ts})",
                          field="ts", value=e.ts)
@@ -514,8 +523,9 @@ def _check_checkpoint_saved(e: CheckpointSaved) -> None:
         if not (math.isfinite(value) and 0 <= value <= MAX_DURATION_S):
             raise EventError(f"must be a number of seconds in [0, {MAX_DURATION_S:.0f}]",
                              field=name, value=value)
-    if e.bytes < 0:
-        raise EventError("must be >= 0", field="bytes", value=e.bytes)
+    _at_least(e.step, 0, "step")
+    _at_least(e.cursor, 0, "cursor")
+    _at_least(e.bytes, 0, "bytes")
 
 
 def _check_attempt_ended(e: AttemptEnded) -> None:

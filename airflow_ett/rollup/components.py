@@ -130,9 +130,17 @@ def _policy(component: str, entry: object, source: str) -> ComponentPolicy:
     return ComponentPolicy(component=component, owner=owner.strip(), **bounds)
 
 
+#: An SLO's share in percent: `max_share_pct` in (0, 100] (a share is never below 0%, so
+#: "under 0%" would be a breach on every day, even a perfect one), `min_share_pct` in
+#: [0, 100].
+_SHARE_RANGES: Final = {"max_share_pct": ("(0, 100]", 0.0, True),
+                        "min_share_pct": ("[0, 100]", 0.0, False)}
+
+
 def _share(where: str, key: str, value: object) -> float:
+    shown, lo, open_lo = _SHARE_RANGES[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 <= value <= 100:
-        raise ComponentsError(f"{where}, field {key!r}: {value!r} is not a share in [0, 100] "
+            or not lo <= value <= 100 or (open_lo and value == lo):
+        raise ComponentsError(f"{where}, field {key!r}: {value!r} is not a share in {shown} "
                               "(percent)")
     return float(value)

@@ -39,7 +39,10 @@ go on (its task allows restarts in place again).
 
 Written atomically (a reader never sees half a request), validated when read (the work
 dir is trusted, docs/security.md, but a hand-made or truncated file must not crash the
-task): a file that does not parse is reported and ignored.
+task): a file that does not parse, or whose numbers lie outside their ranges (`limits`:
+times from 2000 to 2100, an `at_checkpoint` `leave_by` at most a day and a minute after
+`requested_at`,
+`grace_s` and `resume_after_s` up to a day), is reported and ignored.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from airflow_ett._fs import atomic_write
+from airflow_ett.scheduling import limits
+from airflow_ett.scheduling.limits import Range
 from airflow_ett.scheduling.model import YIELD_MODES, YieldMode
 
 log = logging.getLogger(__name__)
@@ -123,10 +128,21 @@ def _text(field: str, value: Any) -> str:
     return value
 
 
-def _seconds(field: str, value: Any, *, lo: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-            value) or value < lo:
-        raise RequestError(f"{field}: {value!r} is not a number of seconds >= {lo:g}")
+#: A request's grace: the tenants file's (`limits.GRACE_S`), or 0 (leave at once).
+_GRACE_S: Final = Range("a number of seconds", 0, limits.GRACE_S.hi)
+#: The most an `at_checkpoint` request's `leave_by` may lie after its `requested_at`:
+#: the longest wait for a checkpoint (`limits.MAX_CHECKPOINT_WAIT_S`) plus the margin
+#: (`leave_by_for` never goes further). A `now` request's `leave_by` is when it was made
+#: `now`: an escalated one's lies as late as the controller came to escalate it
+#: (`snapshot.review_requests`), in the time window.
+MAX_LEAVE_AFTER_S: Final = limits.MAX_CHECKPOINT_WAIT_S + LEAVE_BY_MARGIN_S
+
+
+def _number(field: str, value: Any, rng: Range) -> float:
+    """`value` as a float when `rng` holds it; `RequestError` naming field and value."""
+    why = rng.why(value)
+    if why is not None:
+        raise RequestError(f"{field}: {value!r} is not {why}")
     return float(value)
 
 
@@ -147,21 +163,26 @@ def parse_request(text: str) -> PreemptRequest:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise RequestError(f"unknown field(s) {unknown} in a version {version} request")
-    requested_at = _seconds("requested_at", raw.get("requested_at"))
+    requested_at = _number("requested_at", raw.get("requested_at"), limits.REQUEST_TIME)
     mode = _mode(raw.get("mode", "now"))
     leave_by = requested_at
     if version >= 2:
-        leave_by = _seconds("leave_by", raw.get("leave_by"))
+        leave_by = _number("leave_by", raw.get("leave_by"), limits.REQUEST_TIME)
         if leave_by < requested_at:
             raise RequestError(f"leave_by: {leave_by!r} is before requested_at "
                                f"{requested_at!r}")
+        if mode == "at_checkpoint" and leave_by - requested_at > MAX_LEAVE_AFTER_S:
+            raise RequestError(f"leave_by: {leave_by!r} is more than {MAX_LEAVE_AFTER_S:g} s "
+                               f"after requested_at {requested_at!r} in an 'at_checkpoint' "
+                               "request")
     return PreemptRequest(
         victim=_text("victim", raw.get("victim")),
         for_job=_text("for_job", raw.get("for_job")),
         reason=_text("reason", raw.get("reason")),
         requested_at=requested_at,
-        grace_s=_seconds("grace_s", raw.get("grace_s")),
-        resume_after_s=_seconds("resume_after_s", raw.get("resume_after_s", 10.0)),
+        grace_s=_number("grace_s", raw.get("grace_s"), _GRACE_S),
+        resume_after_s=_number("resume_after_s", raw.get("resume_after_s", 10.0),
+                               limits.RESUME_AFTER_S),
         mode=mode,
         leave_by=leave_by,
         skip_save=_skip_save(raw.get("skip_save", False), mode),

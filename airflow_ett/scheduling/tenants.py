@@ -31,21 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from airflow_ett.scheduling.model import (
-    DEFAULT_WAIT_PRICE,
-    MAX_WAIT_PRICE,
-    TenantPolicy,
-    pool_name,
-)
+from airflow_ett.scheduling import limits
+from airflow_ett.scheduling.limits import Range
+from airflow_ett.scheduling.model import DEFAULT_WAIT_PRICE, TenantPolicy, pool_name
 
 _log = logging.getLogger(__name__)
 
 #: A tenant name is part of its pool's name (`ett_tenant_<name>`), which Airflow stores,
 #: shows in URLs and reports in metrics: letters, digits, `_` and `-` only.
 TENANT_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,50}")
-#: Airflow keeps priority weights and pool slots in 32-bit integer columns.
-_INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
 
 _TOP_LEVEL: Final = ("tenants", "scheduling")
 _TENANT_FIELDS: Final = ("priority", "quota_gpus", "borrow_limit_gpus", "preemptible",
@@ -171,6 +165,7 @@ def parse_tenants(data: bytes, *, source: str) -> TenantsConfig:
     tenants = {name: _tenant(where, name, entry) for name, entry in table.items()}
     _check_case_clashes(where, tenants)
     knobs = _scheduling(where, raw.get("scheduling", {}))
+    _check_quotas_fit(where, tenants, knobs.get("capacity_gpus"))
     return TenantsConfig(tenants=tenants, source=source,
                          digest=hashlib.sha256(data).hexdigest(), **knobs)
 
@@ -189,11 +184,7 @@ def _tenant(where: str, name: str, entry: object) -> TenantPolicy:
             raise TenantsError(f"{here}: {key}: missing ({meaning})")
     values: dict[str, Any] = {key: _TENANT_CHECKS[key](f"{here}: {key}", entry[key])
                               for key in _TENANT_FIELDS if key in entry}
-    policy = TenantPolicy(name=name, **values)
-    if policy.limit_gpus > _INT32_MAX:
-        raise TenantsError(f"{here}: quota_gpus + borrow_limit_gpus: {policy.limit_gpus} is "
-                           f"more than an Airflow pool holds ({_INT32_MAX} slots)")
-    return policy
+    return TenantPolicy(name=name, **values)
 
 
 def _check_case_clashes(where: str, tenants: Mapping[str, TenantPolicy]) -> None:
@@ -207,6 +198,32 @@ def _check_case_clashes(where: str, tenants: Mapping[str, TenantPolicy]) -> None
                                "(their pools would clash on a case-insensitive database)")
 
 
+def _check_quotas_fit(where: str, tenants: Mapping[str, TenantPolicy],
+                      capacity: int | None) -> None:
+    """A tenant's guarantee above the whole fleet can never be kept, not even on an idle
+    fleet: refused. Guarantees that only add up to more than the fleet (each can be kept
+    alone, not all at once) are `overcommitted`'s warning."""
+    if capacity is None:
+        return
+    for name, policy in tenants.items():
+        if policy.quota_gpus > capacity:
+            raise TenantsError(f"{where}: tenant {name!r}: quota_gpus: {policy.quota_gpus} is "
+                               f"more than [scheduling] capacity_gpus {capacity} (a guarantee "
+                               "the fleet cannot give)")
+
+
+def overcommitted(config: TenantsConfig) -> str | None:
+    """A warning when the quotas add up to more than `capacity_gpus` (None when they fit,
+    or when no capacity is set and the fleet is their sum): the controller then keeps
+    each guarantee only while the others are not all claimed at once."""
+    quotas = sum(p.quota_gpus for p in config.tenants.values())
+    if config.capacity_gpus is None or quotas <= config.capacity_gpus:
+        return None
+    return (f"tenants file {config.source}: the quotas add up to {quotas} GPUs, more than "
+            f"[scheduling] capacity_gpus {config.capacity_gpus}: the guarantees cannot all "
+            "be kept at once")
+
+
 def _scheduling(where: str, entry: object) -> dict[str, Any]:
     here = f"{where}: [scheduling]"
     if not isinstance(entry, dict):
@@ -214,23 +231,14 @@ def _scheduling(where: str, entry: object) -> dict[str, Any]:
     _refuse_replaced(here, entry)
     _check_keys(here, entry, _SCHEDULING_FIELDS)
     knobs: dict[str, Any] = {}
-    if "aging_per_hour" in entry:
-        knobs["aging_per_hour"] = _number(
-            f"{here}: aging_per_hour", entry["aging_per_hour"], strict=False,
-            what="a number >= 0 (priority points a waiting task gains per hour)")
     for key in ("default_queue", "cpu_queue"):
         if key in entry:
             knobs[key] = _queue(f"{here}: {key}", entry[key])
-    if "capacity_gpus" in entry:
-        knobs["capacity_gpus"] = _whole(f"{here}: capacity_gpus", entry["capacity_gpus"], 1,
-                                        _INT32_MAX, "a whole number >= 1 (the fleet's GPUs)")
     if "preemption" in entry:
         knobs["preemption"] = _flag(f"{here}: preemption", entry["preemption"])
-    if "resume_after_s" in entry:
-        knobs["resume_after_s"] = _seconds(f"{here}: resume_after_s", entry["resume_after_s"])
-    if "checkpoint_wait_price" in entry:
-        knobs["checkpoint_wait_price"] = _wait_price(f"{here}: checkpoint_wait_price",
-                                                     entry["checkpoint_wait_price"])
+    for key, rng in _SCHEDULING_RANGES.items():
+        if key in entry:
+            knobs[key] = _in_range(f"{here}: {key}", entry[key], rng)
     return knobs
 
 
@@ -238,15 +246,6 @@ def _refuse_replaced(here: str, entry: Mapping[str, object]) -> None:
     for key, instead in _REPLACED.items():
         if key in entry:
             raise TenantsError(f"{here}: {key}: replaced by {instead}")
-
-
-def _wait_price(here: str, value: object) -> float:
-    what = (f"a number in [0, {MAX_WAIT_PRICE:g}] (GPU-seconds of a victim's work that a "
-            "waiting GPU-second is worth)")
-    price = _number(here, value, strict=False, what=what)
-    if price > MAX_WAIT_PRICE:
-        raise TenantsError(f"{here}: {_shown(value)} is not {what}")
-    return price
 
 
 def _check_keys(here: str, entry: Mapping[str, object], known: tuple[str, ...]) -> None:
@@ -278,36 +277,12 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-def _whole(here: str, value: object, lo: int, hi: int | None, what: str) -> int:
-    # bool is an int in Python, never in the file: `quota_gpus = true` is a mistake.
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo \
-            or (hi is not None and value > hi):
-        raise TenantsError(f"{here}: {_shown(value)} is not {what}")
-    return value
-
-
-def _count(here: str, value: object) -> int:
-    return _whole(here, value, 0, None, "a whole number >= 0")
-
-
-def _priority(here: str, value: object) -> int:
-    return _whole(here, value, _INT32_MIN, _INT32_MAX,
-                  f"a whole number in [{_INT32_MIN}, {_INT32_MAX}]")
-
-
-def _number(here: str, value: object, *, strict: bool, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not math.isfinite(value) or value < 0 or (strict and value == 0):
-        raise TenantsError(f"{here}: {_shown(value)} is not {what}")
-    return float(value)
-
-
-def _seconds(here: str, value: object) -> float:
-    return _number(here, value, strict=False, what="a number of seconds >= 0")
-
-
-def _positive_seconds(here: str, value: object) -> float:
-    return _number(here, value, strict=True, what="a number of seconds > 0")
+def _in_range(here: str, value: object, rng: Range) -> Any:
+    """`value` when `rng` holds it (seconds as a float), else the error naming it."""
+    why = rng.why(value)
+    if why is not None:
+        raise TenantsError(f"{here}: {_shown(value)} is not {why}")
+    return value if rng.whole else float(value)  # type: ignore[arg-type]
 
 
 def _flag(here: str, value: object) -> bool:
@@ -323,14 +298,25 @@ def _queue(here: str, value: object) -> str:
     return value
 
 
+def _ranged(rng: Range) -> Callable[[str, object], Any]:
+    return lambda here, value: _in_range(here, value, rng)
+
+
+#: Each field's check; the ranges, and why they are plausible, are in `limits`.
 _TENANT_CHECKS: Final[dict[str, Callable[[str, object], Any]]] = {
-    "priority": _priority,
-    "quota_gpus": _count,
-    "borrow_limit_gpus": _count,
+    "priority": _ranged(limits.PRIORITY),
+    "quota_gpus": _ranged(limits.QUOTA_GPUS),
+    "borrow_limit_gpus": _ranged(limits.BORROW_LIMIT_GPUS),
     "preemptible": _flag,
-    "min_run_s": _seconds,
-    "grace_s": _positive_seconds,
-    "max_preemptions_per_day": _count,
+    "min_run_s": _ranged(limits.MIN_RUN_S),
+    "grace_s": _ranged(limits.GRACE_S),
+    "max_preemptions_per_day": _ranged(limits.PREEMPTIONS_PER_DAY),
+}
+_SCHEDULING_RANGES: Final[dict[str, Range]] = {
+    "aging_per_hour": limits.AGING_PER_HOUR,
+    "capacity_gpus": limits.CAPACITY_GPUS,
+    "resume_after_s": limits.RESUME_AFTER_S,
+    "checkpoint_wait_price": limits.CHECKPOINT_WAIT_PRICE,
 }
 
 
@@ -440,6 +426,8 @@ class TenantsCache:
         else:
             _log.info("tenants file %s: %d tenant(s) in force (sha256 %s)", path,
                       len(config.tenants), digest[:12])
+        if (warning := overcommitted(config)) is not None:
+            _log.warning("%s", warning)
         return _Entry(signature, settled, digest,
                       TenantsState(path=path, config=config, loaded_at=self.clock()))
 

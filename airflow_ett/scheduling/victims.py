@@ -95,6 +95,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from airflow_ett.scheduling.limits import MAX_CHECKPOINT_WAIT_S
 from airflow_ett.scheduling.model import (
     MAX_WAIT_PRICE,
     STAGES,
@@ -200,7 +201,7 @@ def yield_plan(state: FleetState, running: RunningJob, waiting: WaitingJob, *,
     most, with the unsaved work as what is at risk."""
     now = _yield_now_plan(state, running, order)
     upcoming = running.next_checkpoint_in_s
-    if order != "stage_aware" or upcoming is None:
+    if order != "stage_aware" or upcoming is None or upcoming > MAX_CHECKPOINT_WAIT_S:
         return now
     at = YieldPlan("at_checkpoint", upcoming, running.restart_s, 0.0, 0.0, running.gpus)
     grace = state.tenants[running.tenant].grace_s

@@ -252,13 +252,54 @@ def test_skipped_lines_exit_0_with_a_count_and_strict_exits_1(
         assert said in using
 
 
-@pytest.mark.parametrize("value", ["-1", "0", "ten", "1.5", str(2**31), "9" * 30])
+@pytest.mark.parametrize("value", ["-1", "0", "ten", "1.5", "100001", "9" * 30, "1" * 5000])
 def test_limit_must_be_positive(capsys: pytest.CaptureFixture[str], value: str) -> None:
     with pytest.raises(SystemExit) as done:
         main(["runs", "list", "--limit", value, "--store-url", "sqlite:////nonexistent/x.db"])
     assert done.value.code == 2
     err = capsys.readouterr().err
-    assert f"argument --limit: must be a whole number in [1, 2147483647], got {value!r}" in err
+    assert f"argument --limit: must be a whole number in [1, 100000], got {value!r}" in err
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["runs", "list", "--since", "1e300"],
+     "argument --since: not a time from 2000 to 2100 UTC: '1e300' (Unix seconds in "
+     "[946684800, 4102444800))"),
+    (["runs", "list", "--until", "9999-12-31"],
+     "argument --until: not a time from 2000 to 2100 UTC: '9999-12-31'"),
+    (["runs", "list", "--since", "0"], "argument --since: not a time from 2000 to 2100 UTC"),
+    (["compute", str(EXAMPLE), "--now", "1e300"], "argument --now: not a time from 2000"),
+    (["tenants", "check", "x.toml", "--days", "10000000000"],
+     "argument --days: must be a whole number in [1, 3660], got '10000000000'"),
+    (["preemption", "run", "--interval", "1000000000000"],
+     "argument --interval: must be a whole number in [1, 3600], got '1000000000000'"),
+    (["simulate-preemption", "--from", "2026-01-01", "--to", "2026-01-02",
+      "--capacity", "1048577"],
+     "argument --capacity: must be a whole number in [1, 1048576], got '1048577'"),
+    (["simulate-preemption", "--from", "2026-01-01", "--to", "2026-01-02",
+      "--high-priority", "2147483648"],
+     "argument --high-priority: must be a whole number in [-2147483648, 2147483647], got "
+     "'2147483648'"),
+    (["embedded", "run", "d", "--timeout", "1e308"],
+     "argument --timeout: must be a number of seconds > 0 and <= 86400, got '1e308'"),
+])
+def test_numeric_options_out_of_their_range_are_one_usage_error(
+        capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_cli_bounds_repeat_the_events_and_tenants_bounds() -> None:
+    from airflow_ett.cli import common
+    from airflow_ett.ett.events import TS_MAX, TS_MIN
+    from airflow_ett.scheduling.limits import MAX_GPUS
+
+    assert (common.TS_MIN, common.TS_MAX, common.MAX_GPUS) == (TS_MIN, TS_MAX, MAX_GPUS)
+    assert common.time_arg("2026-11-28T10:00Z") == 1_795_860_000.0
+    assert common.time_arg(str(TS_MIN)) == TS_MIN
 
 
 @pytest.mark.parametrize(("argv", "option"), [

@@ -108,6 +108,19 @@ def test_check_prints_the_scheduling_knobs_the_file_sets(
     ]
 
 
+def test_check_warns_when_the_quotas_add_up_to_more_than_the_fleet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(toml({"ads": (6, 2), "batch": (4, 0)}) + "[scheduling]\ncapacity_gpus = 8\n")
+    assert main_with_tenants(["tenants", "check", str(f), "--no-store"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"warning: tenants file {f}: the quotas add up to 10 GPUs, more than [scheduling] "
+        "capacity_gpus 8: the guarantees cannot all be kept at once")
+    f.write_text(toml({"ads": (6, 2), "batch": (4, 0)}) + "[scheduling]\ncapacity_gpus = 10\n")
+    assert main_with_tenants(["tenants", "check", str(f), "--no-store"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_check_a_bad_file_is_one_line_on_stderr_and_exit_1(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "t.toml"
@@ -116,7 +129,7 @@ def test_check_a_bad_file_is_one_line_on_stderr_and_exit_1(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (f"airflow-ett: error: tenants file {bad}: tenant 'ads': "
-                            "quota_gpus: -1 is not a whole number >= 0\n")
+                            "quota_gpus: -1 is not a whole number of GPUs in [0, 1048576]\n")
     assert main_with_tenants(["tenants", "check", str(tmp_path / "none.toml")]) == 1
     assert capsys.readouterr().err.endswith("none.toml: not found\n")
 
@@ -295,7 +308,7 @@ def test_check_days_must_be_a_whole_number_of_at_least_1(
     with pytest.raises(SystemExit) as exit_:
         main_with_tenants(["tenants", "check", str(EXAMPLE), "--days", "0"])
     assert exit_.value.code == 2
-    assert "--days: must be a whole number in [1, 2147483647], got '0'" in capsys.readouterr().err
+    assert "--days: must be a whole number in [1, 3660], got '0'" in capsys.readouterr().err
 
 
 def test_sync_without_a_file_or_setting_says_how_to_give_one(

@@ -150,6 +150,22 @@ def test_integers_must_fit_64_bits(etype: str, field: str) -> None:
         assert err.value.field == field and "64 bits" in str(err.value)
 
 
+@pytest.mark.parametrize(("etype", "field", "lowest"), [
+    ("progress", "step_start", 0), ("progress", "cursor_start", 0),
+    ("checkpoint_saved", "step", 0), ("checkpoint_saved", "cursor", 0),
+    ("checkpoint_saved", "bytes", 0), ("task_state", "try_number", 0),
+    ("task_state", "map_index", -1),
+])
+def test_counts_and_positions_start_at_their_lowest(etype: str, field: str,
+                                                    lowest: int) -> None:
+    extra = {"step_end": 10, "cursor_end": 10} if etype == "progress" else {}
+    assert parse_obj(event_dict(etype, **extra, **{field: lowest})) is not None
+    for value in (lowest - 1, -(2**63)):
+        with pytest.raises(EventError) as err:
+            parse_obj(event_dict(etype, **extra, **{field: value}))
+        assert str(err.value) == f"field '{field}' = {value}: must be >= {lowest}"
+
+
 @pytest.mark.parametrize("field", ["blocking_s", "total_s"])
 def test_durations_cannot_exceed_the_time_window(field: str) -> None:
     with pytest.raises(EventError) as err:

@@ -61,6 +61,54 @@ def test_bad_params_name_the_param_and_value(params: dict[str, object], named: s
         apply_params(TINY, params)
 
 
+@pytest.mark.parametrize(("params", "named"), [
+    ({"steps": 10**9 + 1}, "DAG param 'steps' = 1000000001: must be >= 1 and <= 1000000000"),
+    ({"steps": "1" * 40}, f"DAG param 'steps' = '{'1' * 40}': must be an integer >= 1 and "
+                          "<= 1000000000"),
+    ({"inject_fault": "kill", "fault_at_step": 10**12},
+     "DAG param 'fault_at_step' = 1000000000000: must be >= 1 and <= 1000000000"),
+    ({"inject_fault": "kill", "fault_attempt": 10_001},
+     "DAG param 'fault_attempt' = 10001: must be >= 1 and <= 10000"),
+])
+def test_trigger_form_numbers_out_of_range_are_named(params: dict[str, object],
+                                                     named: str) -> None:
+    with pytest.raises(JobConfigError) as info:
+        apply_params(TINY, params)
+    assert str(info.value) == named
+
+
+def test_a_fault_beyond_the_steps_is_refused_at_parse_time_and_at_trigger(
+        tmp_path: Path) -> None:
+    """A fault the job never reaches would never fire and say nothing: the DAG's own
+    faults against its steps when the file is parsed, and a form's steps or fault step
+    when the run starts (before the trainer does)."""
+    with pytest.raises(JobConfigError, match=r"^trainer config: faults\[0\].at_step = 31: "
+                                             r"must be at most steps \(30\)"):
+        check_trainer_config({**TINY, "faults": [{"kind": "kill", "at_step": 31}]})
+    paths = job_paths(tmp_path, "dag", "run")
+    with pytest.raises(JobConfigError, match=r"faults\[0\].at_step = 31: must be at most "
+                                             r"steps \(30\)"):
+        materialize(TINY, {"inject_fault": "kill", "fault_at_step": 31}, paths)
+    with pytest.raises(JobConfigError, match=r"faults\[0\].at_step = 20: must be at most "
+                                             r"steps \(10\)"):
+        materialize({**TINY, "faults": [{"kind": "raise", "at_step": 20}]}, {"steps": 10},
+                    paths)
+    assert not paths.config_file.exists()
+
+
+def test_faults_at_a_rank_beyond_the_world_and_cursors_past_64_bits_fail_at_parse_time(
+        ) -> None:
+    with pytest.raises(JobConfigError, match=r"faults\[0\].rank = 2: must be below the "
+                                             r"job's world size \(2\)"):
+        check_trainer_config({**TINY, "faults": [{"kind": "kill", "at_step": 3, "rank": 2}]},
+                             nproc=2)
+    with pytest.raises(JobConfigError, match=r"^trainer config: steps = 1000000000: x "
+                                             r"batch_size 1048576 x 9000 process\(es\) is a "
+                                             r"data cursor past"):
+        check_trainer_config({**TINY, "steps": 10**9, "batch_size": 2**20, "compile": False},
+                             nproc=9000)
+
+
 def test_check_rejects_managed_paths_and_bad_trainer_fields() -> None:
     with pytest.raises(JobConfigError, match="checkpoint_dir"):
         check_trainer_config({**TINY, "checkpoint_dir": "/x"})
@@ -115,6 +163,9 @@ def test_train_operator_arguments_are_read_typed() -> None:
         ({"publish_in_task": "no"}, "publish_in_task = 'no': must be true or false"),
         ({"attempt_timeout_s": float("inf")}, "attempt_timeout_s = inf: must be a finite"),
         ({"attempt_timeout_s": float("nan")}, "attempt_timeout_s = nan"),
+        ({"attempt_timeout_s": 1e308}, r"attempt_timeout_s = 1e\+308: must be > 0 and <= "
+                                       "2592000.0"),
+        ({"restarts": 101}, "restarts = 101: must be >= 0 and <= 100"),
     ]
     for kwargs, named in cases:
         args: dict[str, object] = {"restarts": 1, "publish_in_task": False,

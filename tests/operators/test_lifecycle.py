@@ -84,6 +84,20 @@ def test_trigger_form_defaults_come_from_the_first_fault() -> None:
         "kill", 12, 1)
 
 
+def test_the_trigger_form_bounds_its_numbers_as_the_trainer_does() -> None:
+    """The form refuses what the trainer would (the same bounds), before a run starts."""
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    dag = build()
+    bounds = {name: (dag.params.get_param(name).schema.get("minimum"),
+                     dag.params.get_param(name).schema.get("maximum"))
+              for name in ("steps", "fault_at_step", "fault_attempt")}
+    assert bounds == {"steps": (1, 10**9), "fault_at_step": (1, 10**9),
+                      "fault_attempt": (1, 10_000)}
+    with pytest.raises(ParamValidationError):
+        dag.params.get_param("steps").resolve(10**9 + 1)
+
+
 def test_model_from_a_json_file_is_read_at_parse_time(tmp_path: Path) -> None:
     from airflow_ett.trainer.model_config import BUNDLED
 
@@ -111,6 +125,18 @@ def test_model_from_a_json_file_is_read_at_parse_time(tmp_path: Path) -> None:
     ({"model": "/no/such/model.json"}, "model = '/no/such/model.json'"),
     ({"tenant": ""}, "tenant = ''"),
     ({"retry_delay": 5}, "retry_delay = 5"),
+    # issue 22: every number in a plausible range, the bound named
+    ({"steps": 10**9 + 1}, "steps = 1000000001: must be >= 1 and <= 1000000000"),
+    ({"retries": 101}, "retries = 101: must be >= 0 and <= 100"),
+    ({"restarts": 101}, "restarts = 101: must be >= 0 and <= 100"),
+    ({"nproc": 1025}, "nproc = 1025: must be >= 1 and <= 1024"),
+    ({"retry_delay": timedelta(days=2)},
+     "retry_delay = datetime.timedelta\\(days=2\\): must be a timedelta >= 0 and <= 86400 s"),
+    ({"trainer_options": {"step_sleep_s": 1e308}}, "step_sleep_s = 1e\\+308: must be >= 0"),
+    ({"trainer_options": {"num_workers": 100_000}}, "num_workers = 100000: must be >= 0 and "
+                                                     "<= 256"),
+    ({"faults": [{"kind": "kill", "at_step": 21}]},
+     "faults\\[0\\].at_step = 21: must be at most steps \\(20\\)"),
 ])
 def test_bad_options_fail_at_parse_time_naming_field_and_value(
         changes: dict[str, Any], message: str) -> None:
@@ -150,8 +176,12 @@ HUGE = {"name": "huge", "num_dense": 8, "embedding_dim": 8, "tables": [["cat_0",
     # issue 7 at parse time: sizes that cannot fit anywhere, by pure arithmetic
     ({"model": HUGE}, "model.tables\\[cat_0\\] = 1000000000000: the model needs an "
                       "estimated 96.0 TB"),
-    ({"trainer_options": {"batch_size": 10**10, "compile": False}},  # > the 1 TiB cap
-     "batch_size = 10000000000: batches need an estimated"),
+    ({"trainer_options": {"batch_size": 10**10, "compile": False}},
+     "batch_size = 10000000000: must be >= 1 and <= 1048576"),
+    ({"model": {**HUGE, "tables": [[f"t{i}", 1000] for i in range(64)],
+                "ids_per_feature": 65536},  # 33.6 MB per example: > the 1 TiB cap
+      "trainer_options": {"batch_size": 65536, "compile": False}},
+     "batch_size = 65536: batches need an estimated"),
     ({"trainer_options": {"lr_dense": float("nan")}}, "lr_dense = nan"),
 ])
 def test_no_silent_coercion_and_impossible_sizes_fail_at_parse_time(

@@ -58,6 +58,8 @@ def test_a_bad_timeout_is_refused_at_parse_time() -> None:
     ({"timeout_s": float("inf")}, "timeout_s = inf: must be a finite number > 0"),
     ({"timeout_s": float("nan")}, "timeout_s = nan"),
     ({"timeout_s": "600"}, "timeout_s = '600': must be a number"),
+    ({"timeout_s": 1e308}, "timeout_s = 1e\\+308: must be > 0 and <= 86400.0"),
+    ({"nproc": 100_000}, "nproc = 100000: must be >= 1 and <= 1024"),
     ({"record": "no"}, "record = 'no': must be true or false"),
     ({"nproc": 2.0}, "nproc = 2.0: must be an integer"),
     ({"queue": ["cpu"]}, "queue = \\['cpu'\\]: must be a string"),

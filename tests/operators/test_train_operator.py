@@ -524,3 +524,22 @@ def test_a_rank_that_raises_is_an_application_error_for_airflow_and_for_the_ett(
     # the attempt ends when its last rank does
     last_end = max(e.ts for e in ended)
     assert summary["attempts"][0]["end"] == pytest.approx(last_end)
+
+
+def test_a_reschedule_date_never_overflows(tmp_path: Path) -> None:
+    """`parse_request` bounds `resume_after_s` (a day at most); a request built some
+    other way with 1e12 s must still reschedule, a day later, not raise OverflowError."""
+    from datetime import UTC, datetime, timedelta
+
+    from airflow.exceptions import AirflowRescheduleException
+
+    from airflow_ett.operators.job import job_paths
+    from airflow_ett.scheduling.request import PreemptRequest
+
+    op = operator(record=False)
+    request = PreemptRequest(victim="v", for_job="w", reason="r", requested_at=time.time(),
+                             grace_s=30.0, resume_after_s=1e12)
+    before = datetime.now(UTC)
+    with pytest.raises(AirflowRescheduleException) as err:
+        op._rescheduled(context("big"), request, job_paths(tmp_path, "ett_test", "big"))
+    assert before < err.value.reschedule_date <= datetime.now(UTC) + timedelta(days=1)

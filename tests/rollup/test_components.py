@@ -56,7 +56,20 @@ def test_slo_verdicts_at_the_bounds(policy: ComponentPolicy, share: float, statu
     ({"components": {"shutdown": {"owner": 3}}},
      "component 'shutdown', field 'owner': 3 is not a team name"),
     ({"components": {"shutdown": {"max_share_pct": 101}}},
-     "component 'shutdown', field 'max_share_pct': 101 is not a share in \\[0, 100\\]"),
+     "component 'shutdown', field 'max_share_pct': 101 is not a share in \\(0, 100\\]"),
+    ({"components": {"shutdown": {"max_share_pct": 0}}},
+     "component 'shutdown', field 'max_share_pct': 0 is not a share in \\(0, 100\\] "
+     "\\(percent\\)$"),
+    ({"components": {"shutdown": {"max_share_pct": -0.0}}},
+     "component 'shutdown', field 'max_share_pct': -0.0 is not a share in \\(0, 100\\]"),
+    ({"components": {"shutdown": {"max_share_pct": float("inf")}}},
+     "component 'shutdown', field 'max_share_pct': inf is not a share in \\(0, 100\\]"),
+    ({"components": {"effective_training": {"min_share_pct": 100.5}}},
+     "component 'effective_training', field 'min_share_pct': 100.5 is not a share in "
+     "\\[0, 100\\]"),
+    ({"components": {"effective_training": {"min_share_pct": -1}}},
+     "component 'effective_training', field 'min_share_pct': -1 is not a share in "
+     "\\[0, 100\\]"),
     ({"components": {"shutdown": {"min_share_pct": "5%"}}},
      "component 'shutdown', field 'min_share_pct': '5%' is not a share"),
     ({"components": {"shutdown": {"max_share_pct": True}}},

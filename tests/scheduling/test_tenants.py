@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -20,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_ett import provider
-from airflow_ett.scheduling import tenants
+from airflow_ett.scheduling import limits, tenants
+from airflow_ett.scheduling.limits import Range
 from airflow_ett.scheduling.model import DEFAULT_WAIT_PRICE, TenantPolicy
 from airflow_ett.scheduling.tenants import (
     RACY_S,
@@ -58,39 +60,52 @@ def tenant_file(tmp_path: Path, **fields: str) -> Path:
 # --- validation --------------------------------------------------------------------------
 
 INT32 = "a whole number in [-2147483648, 2147483647]"
+GPUS = "a whole number of GPUs in [0, 1048576]"
+MIN_RUN = "a number of seconds in [0, 604800]"
+GRACE = "a number of seconds in (0, 86400]"
+PER_DAY = "a whole number in [0, 1440]"
 BAD_FIELDS = [
     ("priority", "true", f"true is not {INT32}"),
     ("priority", "1.5", f"1.5 is not {INT32}"),
     ("priority", '"high"', f'"high" is not {INT32}'),
     ("priority", "2147483648", f"2147483648 is not {INT32}"),
     ("priority", "-2147483649", f"-2147483649 is not {INT32}"),
-    ("quota_gpus", "-1", "-1 is not a whole number >= 0"),
-    ("quota_gpus", "true", "true is not a whole number >= 0"),
-    ("quota_gpus", "4.0", "4.0 is not a whole number >= 0"),
-    ("quota_gpus", '"4"', '"4" is not a whole number >= 0'),
-    ("quota_gpus", "nan", "nan is not a whole number >= 0"),
-    ("quota_gpus", "[4]", "an array is not a whole number >= 0"),
-    ("borrow_limit_gpus", "-3", "-3 is not a whole number >= 0"),
-    ("borrow_limit_gpus", "false", "false is not a whole number >= 0"),
-    ("borrow_limit_gpus", "1.5", "1.5 is not a whole number >= 0"),
+    ("quota_gpus", "-1", f"-1 is not {GPUS}"),
+    ("quota_gpus", "true", f"true is not {GPUS}"),
+    ("quota_gpus", "4.0", f"4.0 is not {GPUS}"),
+    ("quota_gpus", '"4"', f'"4" is not {GPUS}'),
+    ("quota_gpus", "nan", f"nan is not {GPUS}"),
+    ("quota_gpus", "[4]", f"an array is not {GPUS}"),
+    ("quota_gpus", "1048577", f"1048577 is not {GPUS}"),
+    ("quota_gpus", "2147483647", f"2147483647 is not {GPUS}"),
+    ("borrow_limit_gpus", "-3", f"-3 is not {GPUS}"),
+    ("borrow_limit_gpus", "false", f"false is not {GPUS}"),
+    ("borrow_limit_gpus", "1.5", f"1.5 is not {GPUS}"),
+    ("borrow_limit_gpus", "9223372036854775807", f"9223372036854775807 is not {GPUS}"),
     ("preemptible", "1", "1 is not true or false"),
     ("preemptible", '"yes"', '"yes" is not true or false'),
     ("preemptible", "{}", "a table is not true or false"),
-    ("min_run_s", "-1", "-1 is not a number of seconds >= 0"),
-    ("min_run_s", "-0.5", "-0.5 is not a number of seconds >= 0"),
-    ("min_run_s", "nan", "nan is not a number of seconds >= 0"),
-    ("min_run_s", "inf", "inf is not a number of seconds >= 0"),
-    ("min_run_s", "true", "true is not a number of seconds >= 0"),
-    ("min_run_s", '"10m"', '"10m" is not a number of seconds >= 0'),
-    ("min_run_s", "1979-05-27", "1979-05-27 is not a number of seconds >= 0"),
-    ("grace_s", "0", "0 is not a number of seconds > 0"),
-    ("grace_s", "0.0", "0.0 is not a number of seconds > 0"),
-    ("grace_s", "-5", "-5 is not a number of seconds > 0"),
-    ("grace_s", "-inf", "-inf is not a number of seconds > 0"),
-    ("grace_s", "false", "false is not a number of seconds > 0"),
-    ("max_preemptions_per_day", "-1", "-1 is not a whole number >= 0"),
-    ("max_preemptions_per_day", "2.5", "2.5 is not a whole number >= 0"),
-    ("max_preemptions_per_day", "true", "true is not a whole number >= 0"),
+    ("min_run_s", "-1", f"-1 is not {MIN_RUN}"),
+    ("min_run_s", "-0.5", f"-0.5 is not {MIN_RUN}"),
+    ("min_run_s", "nan", f"nan is not {MIN_RUN}"),
+    ("min_run_s", "inf", f"inf is not {MIN_RUN}"),
+    ("min_run_s", "true", f"true is not {MIN_RUN}"),
+    ("min_run_s", '"10m"', f'"10m" is not {MIN_RUN}'),
+    ("min_run_s", "1979-05-27", f"1979-05-27 is not {MIN_RUN}"),
+    ("min_run_s", "604800.5", f"604800.5 is not {MIN_RUN}"),
+    ("min_run_s", "1e308", f"1e+308 is not {MIN_RUN}"),
+    ("grace_s", "0", f"0 is not {GRACE}"),
+    ("grace_s", "0.0", f"0.0 is not {GRACE}"),
+    ("grace_s", "-5", f"-5 is not {GRACE}"),
+    ("grace_s", "-inf", f"-inf is not {GRACE}"),
+    ("grace_s", "false", f"false is not {GRACE}"),
+    ("grace_s", "1e308", f"1e+308 is not {GRACE}"),
+    ("grace_s", "86401", f"86401 is not {GRACE}"),
+    ("grace_s", "inf", f"inf is not {GRACE}"),
+    ("max_preemptions_per_day", "-1", f"-1 is not {PER_DAY}"),
+    ("max_preemptions_per_day", "2.5", f"2.5 is not {PER_DAY}"),
+    ("max_preemptions_per_day", "true", f"true is not {PER_DAY}"),
+    ("max_preemptions_per_day", "1441", f"1441 is not {PER_DAY}"),
 ]
 
 
@@ -106,33 +121,39 @@ def test_a_bad_tenant_field_names_file_tenant_field_and_value(
 def test_the_example_of_the_brief_reads_as_written(tmp_path: Path) -> None:
     f = tenant_file(tmp_path, quota_gpus="-1")
     with pytest.raises(TenantsError, match=r"^tenants file .*/t\.toml: tenant 'ads': "
-                                           r"quota_gpus: -1 is not a whole number >= 0$"):
+                                           r"quota_gpus: -1 is not a whole number of GPUs "
+                                           r"in \[0, 1048576\]$"):
         load_tenants(f)
 
 
+AGING = "a number of priority points per hour in [0, 1000000]"
+DAY = "a number of seconds in [0, 86400]"
+PRICE = limits.CHECKPOINT_WAIT_PRICE.why(-1)
+CAPACITY = "a whole number of GPUs in [1, 1048576]"
 BAD_SCHEDULING = [
-    ("aging_per_hour", "-1", "-1 is not a number >= 0 (priority points a waiting task gains "
-                             "per hour)"),
-    ("aging_per_hour", "nan", "nan is not a number >= 0 (priority points a waiting task gains "
-                              "per hour)"),
-    ("aging_per_hour", "true", "true is not a number >= 0 (priority points a waiting task "
-                               "gains per hour)"),
+    ("aging_per_hour", "-1", f"-1 is not {AGING}"),
+    ("aging_per_hour", "nan", f"nan is not {AGING}"),
+    ("aging_per_hour", "true", f"true is not {AGING}"),
+    ("aging_per_hour", "1e308", f"1e+308 is not {AGING}"),
+    ("aging_per_hour", "1000000.5", f"1000000.5 is not {AGING}"),
     ("default_queue", '""', '"" is not a queue name (a non-empty string without blanks)'),
     ("default_queue", '"g p"', '"g p" is not a queue name (a non-empty string without '
                                'blanks)'),
     ("cpu_queue", "3", "3 is not a queue name (a non-empty string without blanks)"),
-    ("capacity_gpus", "0", "0 is not a whole number >= 1 (the fleet's GPUs)"),
-    ("capacity_gpus", "2.5", "2.5 is not a whole number >= 1 (the fleet's GPUs)"),
+    ("capacity_gpus", "0", f"0 is not {CAPACITY}"),
+    ("capacity_gpus", "2.5", f"2.5 is not {CAPACITY}"),
+    ("capacity_gpus", "1048577", f"1048577 is not {CAPACITY}"),
+    ("capacity_gpus", "true", f"true is not {CAPACITY}"),
     ("preemption", '"yes"', '"yes" is not true or false'),
-    ("resume_after_s", "-3", "-3 is not a number of seconds >= 0"),
-    ("checkpoint_wait_price", "-1", "-1 is not a number in [0, 1e+06] (GPU-seconds of a "
-                                    "victim's work that a waiting GPU-second is worth)"),
-    ("checkpoint_wait_price", "inf", "inf is not a number in [0, 1e+06] (GPU-seconds of a "
-                                     "victim's work that a waiting GPU-second is worth)"),
-    ("checkpoint_wait_price", "2e6", "2000000.0 is not a number in [0, 1e+06] (GPU-seconds "
-                                     "of a victim's work that a waiting GPU-second is worth)"),
-    ("checkpoint_wait_price", '"1"', '"1" is not a number in [0, 1e+06] (GPU-seconds of a '
-                                     "victim's work that a waiting GPU-second is worth)"),
+    ("resume_after_s", "-3", f"-3 is not {DAY}"),
+    ("resume_after_s", "1e12", f"1000000000000.0 is not {DAY}"),
+    ("resume_after_s", "86400.001", f"86400.001 is not {DAY}"),
+    ("resume_after_s", "inf", f"inf is not {DAY}"),
+    ("resume_after_s", "nan", f"nan is not {DAY}"),
+    ("checkpoint_wait_price", "-1", f"-1 is not {PRICE}"),
+    ("checkpoint_wait_price", "inf", f"inf is not {PRICE}"),
+    ("checkpoint_wait_price", "2e6", f"2000000.0 is not {PRICE}"),
+    ("checkpoint_wait_price", '"1"', f'"1" is not {PRICE}'),
     ("checkpoint_wait_s", "1800", "replaced by checkpoint_wait_price, a "
                                   "price on the waiting job's wait instead of a bound "
                                   "(docs/decisions/0015-preemption.md): remove it, or set "
@@ -159,6 +180,76 @@ def test_a_bad_scheduling_knob_is_named(tmp_path: Path, key: str, value: str,
     with pytest.raises(TenantsError) as err:
         load_tenants(f)
     assert str(err.value) == f"tenants file {f}: [scheduling]: {key}: {says}"
+
+
+_INT64 = (-(2**63), 2**63 - 1)  # what a TOML integer can be
+TENANT_RANGES = {"priority": limits.PRIORITY, "quota_gpus": limits.QUOTA_GPUS,
+                 "borrow_limit_gpus": limits.BORROW_LIMIT_GPUS, "min_run_s": limits.MIN_RUN_S,
+                 "grace_s": limits.GRACE_S,
+                 "max_preemptions_per_day": limits.PREEMPTIONS_PER_DAY}
+SCHEDULING_RANGES = {"aging_per_hour": limits.AGING_PER_HOUR,
+                     "capacity_gpus": limits.CAPACITY_GPUS,
+                     "resume_after_s": limits.RESUME_AFTER_S,
+                     "checkpoint_wait_price": limits.CHECKPOINT_WAIT_PRICE}
+
+
+def _outside(rng: Range) -> st.SearchStrategy[object]:
+    """Any value a TOML file can hold that `rng` refuses: below or above it (as an integer
+    or a float), NaN and the infinities, a boolean, and a float where whole numbers go."""
+    lo, hi = int(rng.lo), int(rng.hi)
+    below = [st.integers(_INT64[0], lo - 1 + rng.lo_open),
+             st.floats(max_value=rng.lo, exclude_max=not rng.lo_open, allow_nan=False)]
+    above = [st.integers(hi + 1 - rng.hi_open, _INT64[1]),
+             st.floats(min_value=rng.hi, exclude_min=not rng.hi_open, allow_nan=False)]
+    odd = [st.sampled_from([math.nan, math.inf, -math.inf]), st.booleans()]
+    if rng.whole:
+        odd.append(st.floats(allow_nan=False))
+    return st.one_of(*below, *above, *odd)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), key=st.sampled_from([*TENANT_RANGES, *SCHEDULING_RANGES]))
+def test_any_value_out_of_its_range_is_refused_naming_field_and_value(
+        tmp_path: Path, data: st.DataObject, key: str) -> None:
+    rng = TENANT_RANGES.get(key) or SCHEDULING_RANGES[key]
+    value = data.draw(_outside(rng), label=key)
+    where = "tenant 'ads'" if key in TENANT_RANGES else "[scheduling]"
+    fields = {"priority": "1", "quota_gpus": "0", key: _toml_value(value)}
+    text = ("[tenants.ads]\n" + "".join(f"{k} = {v}\n" for k, v in fields.items())
+            if key in TENANT_RANGES
+            else f"{GOOD}[scheduling]\n{key} = {_toml_value(value)}\n")
+    f = write(tmp_path / "t.toml", text)
+    with pytest.raises(TenantsError) as err:
+        load_tenants(f)
+    assert str(err.value) == f"tenants file {f}: {where}: {key}: {_shown(value)} is not {rng}"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def test_a_quota_above_the_fleet_is_refused_and_quotas_above_it_in_sum_are_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    two = GOOD + "[tenants.batch]\npriority = 1\nquota_gpus = 4\n"
+    fits = load_tenants(write(tmp_path / "a.toml", f"{two}[scheduling]\ncapacity_gpus = 8\n"))
+    assert tenants.overcommitted(fits) is None
+    assert tenants.overcommitted(load_tenants(write(tmp_path / "b.toml", two))) is None
+    over = load_tenants(write(tmp_path / "c.toml", f"{two}[scheduling]\ncapacity_gpus = 6\n"))
+    assert tenants.overcommitted(over) == (
+        f"tenants file {tmp_path / 'c.toml'}: the quotas add up to 8 GPUs, more than "
+        "[scheduling] capacity_gpus 6: the guarantees cannot all be kept at once")
+    with caplog.at_level(logging.WARNING, logger="airflow_ett.scheduling.tenants"):
+        assert TenantsCache().current(tmp_path / "c.toml").config == over
+    assert "the quotas add up to 8 GPUs" in caplog.text
+    f = write(tmp_path / "d.toml", f"{two}[scheduling]\ncapacity_gpus = 3\n")
+    with pytest.raises(TenantsError) as err:
+        load_tenants(f)
+    assert str(err.value) == (f"tenants file {f}: tenant 'ads': quota_gpus: 4 is more than "
+                              "[scheduling] capacity_gpus 3 (a guarantee the fleet cannot "
+                              "give)")
 
 
 KNOWN = ("priority, quota_gpus, borrow_limit_gpus, preemptible, min_run_s, grace_s, "
@@ -191,9 +282,9 @@ BAD_FILES = [
     (f"{GOOD}[tenants.Ads]\npriority = 1\nquota_gpus = 1\n",
      "tenants 'ads' and 'Ads' differ only in case (their pools would clash on a "
      "case-insensitive database)"),
-    ("[tenants.ads]\npriority = 1\nquota_gpus = 2147483647\nborrow_limit_gpus = 1\n",
-     "tenant 'ads': quota_gpus + borrow_limit_gpus: 2147483648 is more than an Airflow pool "
-     "holds (2147483647 slots)"),
+    (f"{GOOD}[scheduling]\ncapacity_gpus = 3\n",
+     "tenant 'ads': quota_gpus: 4 is more than [scheduling] capacity_gpus 3 (a guarantee the "
+     "fleet cannot give)"),
     (f"scheduling = 1\n{GOOD}", "[scheduling]: must be a table, got 1"),
     (f"{GOOD}scheduling = 1\n", f"tenant 'ads': scheduling: unknown field (known: {KNOWN})"),
     (f"{GOOD}[scheduling]\naging = 2\n", "[scheduling]: aging: unknown field (did you mean "
@@ -269,23 +360,33 @@ def test_the_example_file_loads() -> None:
 
 # --- every valid file loads back as written (property) ------------------------------------
 
+def _in(rng: Range) -> st.SearchStrategy[int | float]:
+    """Any value `rng` holds, as the file may write it: an integer, or (unless whole) a
+    float, the ends included unless open."""
+    lo, hi = int(rng.lo), int(rng.hi)
+    ints = st.integers(lo + rng.lo_open, hi - rng.hi_open)
+    if rng.whole:
+        return ints
+    return st.one_of(ints, st.floats(rng.lo, rng.hi, exclude_min=rng.lo_open,
+                                     exclude_max=rng.hi_open))
+
+
 _policies = st.fixed_dictionaries({
-    "priority": st.integers(-(2**31), 2**31 - 1),
-    "quota_gpus": st.integers(0, 2**20),
+    "priority": _in(limits.PRIORITY),
+    "quota_gpus": _in(limits.QUOTA_GPUS),
 }, optional={
-    "borrow_limit_gpus": st.integers(0, 2**20),
+    "borrow_limit_gpus": _in(limits.BORROW_LIMIT_GPUS),
     "preemptible": st.booleans(),
-    "min_run_s": st.one_of(st.integers(0, 10**7),
-                           st.floats(0, 1e9, allow_nan=False, allow_infinity=False)),
-    "grace_s": st.one_of(st.integers(1, 10**6),
-                         st.floats(0, 1e6, exclude_min=True, allow_nan=False,
-                                   allow_infinity=False)),
-    "max_preemptions_per_day": st.integers(0, 1000),
+    "min_run_s": _in(limits.MIN_RUN_S),
+    "grace_s": _in(limits.GRACE_S),
+    "max_preemptions_per_day": _in(limits.PREEMPTIONS_PER_DAY),
 })
 _names = st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,50}", fullmatch=True), min_size=1,
                   max_size=6, unique_by=str.lower)
 _knobs = st.fixed_dictionaries({}, optional={
-    "aging_per_hour": st.floats(0, 1e6, allow_nan=False, allow_infinity=False),
+    "aging_per_hour": _in(limits.AGING_PER_HOUR),
+    "resume_after_s": _in(limits.RESUME_AFTER_S),
+    "checkpoint_wait_price": _in(limits.CHECKPOINT_WAIT_PRICE),
     "default_queue": st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True),
     "cpu_queue": st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True),
 })
@@ -331,7 +432,8 @@ def test_any_valid_config_written_as_toml_loads_back_equal(
     f.write_text(text, encoding="utf-8")
     expected = TenantsConfig(
         tenants={name: _policy(name, fields) for name, fields in policies.items()},
-        source=str(f), digest=hashlib.sha256(text.encode()).hexdigest(), **knobs)
+        source=str(f), digest=hashlib.sha256(text.encode()).hexdigest(),
+        **{k: float(v) if k.endswith("_s") else v for k, v in knobs.items()})
     loaded = load_tenants(f)
     assert loaded == expected
     assert list(loaded.tenants) == names  # in file order
@@ -383,7 +485,7 @@ def test_a_broken_edit_keeps_the_last_good_version_in_force(
     broken = cache.current(f)
     assert broken.config is good.config  # the old version stays in force
     assert broken.error == (f"tenants file {f}: tenant 'ads': quota_gpus: -1 is not a whole "
-                            "number >= 0")
+                            "number of GPUs in [0, 1048576]")
     assert (broken.error_at, broken.loaded_at, broken.stale) == (1001.0, 1000.0, True)
     assert cache.current(f) is broken  # unchanged file: nothing re-read, nothing re-logged
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

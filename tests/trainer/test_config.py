@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from airflow_ett.trainer.config import ConfigError, FaultSpec, config_from_mapping, load_config
+from airflow_ett.trainer.config import (
+    DAY_S,
+    MAX_ATTEMPT,
+    MAX_BATCH_SIZE,
+    MAX_DURATION_S,
+    MAX_KEEP_LAST,
+    MAX_LR,
+    MAX_NUM_WORKERS,
+    MAX_PREFETCH,
+    MAX_SLEEP_S,
+    MAX_STEPS,
+    ConfigError,
+    FaultSpec,
+    config_from_mapping,
+    load_config,
+)
 from airflow_ett.trainer.model import BUNDLED, ModelConfig, ModelConfigError
+from airflow_ett.trainer.readers import show
 
 BASE = {"model": "dlrm_tiny", "steps": 10, "checkpoint_dir": "ckpt"}
 
@@ -86,6 +106,11 @@ def test_missing_fields_and_files(tmp_path: Path) -> None:
         ({"tables": ()}, "needs at least one table"),
         ({"tables": (("a", 10), ("a", 10))}, "table names must be unique"),
         ({"tables": (("a", 0),)}, "tables[a] = 0: num_embeddings must be > 0"),
+        ({"tables": (("a", 2**40 + 1),)},
+         "tables[a] = 1099511627777: num_embeddings must be > 0 and <= 1099511627776"),
+        ({"embedding_dim": 2**16 + 1}, "embedding_dim = 65537: must be >= 1 and <= 65536"),
+        ({"dense_arch": (2**20 + 1, 8)}, "dense_arch[0] = 1048577: must be >= 1 and <= 1048576"),
+        ({"over_arch": (1,) * 4097}, "over_arch = '4097 layers': must be at most 4096 layers"),
     ],
 )
 def test_model_config_is_validated(changes: dict[str, object], message: str) -> None:
@@ -179,3 +204,129 @@ def test_model_identity_follows_shapes_not_runtime_knobs() -> None:
     assert same_shapes.identity() == tiny.identity()
     assert bigger.identity() != tiny.identity()
     assert BUNDLED["dlrm_small"].identity() != tiny.identity()
+
+
+# --- every number has a plausible range (docs/decisions/0023) -----------------------------
+
+OUT_OF_RANGE = [
+    ({"steps": 10**9 + 1}, "steps = 1000000001: must be >= 1 and <= 1000000000"),
+    ({"batch_size": 2**20 + 1}, "batch_size = 1048577: must be >= 1 and <= 1048576"),
+    ({"lr_dense": 1e308}, "lr_dense = 1e+308: must be > 0 and <= 100.0"),
+    ({"lr_sparse": 100.5}, "lr_sparse = 100.5: must be > 0 and <= 100.0"),
+    ({"num_workers": 100_000}, "num_workers = 100000: must be >= 0 and <= 256"),
+    ({"prefetch": 1025}, "prefetch = 1025: must be >= 1 and <= 1024"),
+    ({"data_startup_latency_s": 1e308},
+     "data_startup_latency_s = 1e+308: must be >= 0 and <= 3600.0"),
+    ({"step_sleep_s": 1e308}, "step_sleep_s = 1e+308: must be >= 0 and <= 3600.0"),
+    ({"step_sleep_s": 3600.5}, "step_sleep_s = 3600.5: must be >= 0 and <= 3600.0"),
+    ({"keep_last": 1001}, "keep_last = 1001: must be >= 1 and <= 1000"),
+    ({"grace_s": 1e308}, "grace_s = 1e+308: must be > 0 and <= 86400.0"),
+    ({"log_every_s": 86401}, "log_every_s = 86401: must be > 0 and <= 86400.0"),
+    ({"hang_timeout_s": 1e308}, "hang_timeout_s = 1e+308: must be > 0 and <= 86400.0"),
+    ({"seed": 2**63}, "seed = 9223372036854775808: must be >= 0 and <= 9223372036854775807"),
+    ({"checkpoint_interval": 10**9 + 1},
+     "checkpoint_interval = 1000000001: steps must be > 0 and <= 1000000000"),
+    ({"checkpoint_interval": "86401s"},
+     "checkpoint_interval = '86401s': seconds must be <= 86400"),
+    ({"checkpoint_interval": "1e308s"},
+     "checkpoint_interval = '1e308s': seconds must be <= 86400"),
+    ({"faults": [{"kind": "raise", "at_step": 11}]},
+     "faults[0].at_step = 11: must be at most steps (10): the job never reaches it"),
+    ({"faults": [{"kind": "raise", "at_step": 10**12}]},
+     "faults[0].at_step = 1000000000000: must be >= 1 and <= 1000000000"),
+    ({"faults": [{"kind": "slow_save", "at_step": 10}]},
+     "faults[0].at_step = 10: must be below steps (10): no periodic save is made at the "
+     "last step"),
+    ({"faults": [{"kind": "kill", "at_step": 2, "attempt": 10_001}]},
+     "faults[0].attempt = 10001: must be >= 1 and <= 10000"),
+    ({"faults": [{"kind": "slow_save", "at_step": 2, "seconds": 1e308}]},
+     "faults[0].seconds = 1e+308: must be >= 0.0 and <= 86400.0"),
+    ({"faults": [{"kind": "kill", "at_step": 2, "rank": 2**20}]},
+     "faults[0].rank = 1048576: must be >= 0 and <= 1048575"),
+    ({"model": MODEL | {"num_dense": 2**16 + 1}},
+     "num_dense = 65537: must be >= 1 and <= 65536"),
+    ({"model": MODEL | {"embedding_dim": 2**16 + 1}},
+     "embedding_dim = 65537: must be >= 1 and <= 65536"),
+    ({"model": MODEL | {"ids_per_feature": 2**16 + 1}},
+     "ids_per_feature = 65537: must be >= 1 and <= 65536"),
+    ({"model": MODEL | {"tables": [["a", 2**40 + 1]]}},
+     "tables[0] num_embeddings = 1099511627777: must be >= 1 and <= 1099511627776"),
+    ({"model": MODEL | {"dense_arch": [2**20 + 1, 8]}},
+     "dense_arch[0] = 1048577: must be >= 1 and <= 1048576"),
+    ({"model": MODEL | {"tables": [[f"t{i}", 1] for i in range(4097)]}},
+     "tables = '4097 tables': must be at most 4096 tables"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), OUT_OF_RANGE)
+def test_a_number_out_of_its_range_is_one_line_naming_field_and_value(
+        changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping(BASE | changes)
+    assert str(info.value).endswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_ends_of_each_range_are_accepted() -> None:
+    top = config_from_mapping(BASE | {
+        "steps": MAX_STEPS, "batch_size": MAX_BATCH_SIZE, "lr_dense": MAX_LR,
+        "num_workers": MAX_NUM_WORKERS, "prefetch": MAX_PREFETCH,
+        "data_startup_latency_s": MAX_SLEEP_S, "step_sleep_s": MAX_SLEEP_S,
+        "keep_last": MAX_KEEP_LAST, "grace_s": MAX_DURATION_S, "hang_timeout_s": DAY_S,
+        "checkpoint_interval": "86400s",
+        "faults": [{"kind": "raise", "at_step": MAX_STEPS, "attempt": MAX_ATTEMPT},
+                   {"kind": "slow_save", "at_step": MAX_STEPS - 1, "seconds": DAY_S}]})
+    assert (top.steps, top.num_workers, top.faults[0].at_step) == (MAX_STEPS, 256, MAX_STEPS)
+    low = config_from_mapping(BASE | {"num_workers": 0, "step_sleep_s": 0,
+                                      "faults": [{"kind": "raise", "at_step": 10}]})
+    assert (low.num_workers, low.faults[0].at_step) == (0, 10)
+
+
+#: Each top-level number: (lowest, highest, whole, lowest excluded).
+NUMBER_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "steps": (1, MAX_STEPS, True, False),
+    "batch_size": (1, MAX_BATCH_SIZE, True, False),
+    "lr_dense": (0, MAX_LR, False, True),
+    "lr_sparse": (0, MAX_LR, False, True),
+    "num_workers": (0, MAX_NUM_WORKERS, True, False),
+    "prefetch": (1, MAX_PREFETCH, True, False),
+    "keep_last": (1, MAX_KEEP_LAST, True, False),
+    "data_startup_latency_s": (0, MAX_SLEEP_S, False, False),
+    "step_sleep_s": (0, MAX_SLEEP_S, False, False),
+    "grace_s": (0, MAX_DURATION_S, False, True),
+    "log_every_s": (0, MAX_DURATION_S, False, True),
+    "hang_timeout_s": (0, MAX_DURATION_S, False, True),
+}
+
+
+def _inside(lo: float, hi: float, whole: bool, open_lo: bool) -> st.SearchStrategy[Any]:
+    ints = st.integers(int(lo) + open_lo, int(hi))
+    return ints if whole else st.one_of(ints, st.floats(lo, hi, exclude_min=open_lo))
+
+
+def _outside(lo: float, hi: float, whole: bool, open_lo: bool) -> st.SearchStrategy[Any]:
+    odd: list[st.SearchStrategy[Any]] = [
+        st.integers(max_value=int(lo) - 1 + open_lo), st.integers(min_value=int(hi) + 1),
+        st.floats(max_value=lo, exclude_max=not open_lo), st.floats(min_value=hi,
+                                                                    exclude_min=True),
+        st.sampled_from([math.nan, math.inf, -math.inf]), st.booleans()]
+    if whole:
+        odd.append(st.floats())
+    return st.one_of(*odd)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), name=st.sampled_from(sorted(NUMBER_RANGES)))
+def test_any_number_in_its_range_is_accepted_as_given(data: st.DataObject, name: str) -> None:
+    value = data.draw(_inside(*NUMBER_RANGES[name]), label=name)
+    assert getattr(config_from_mapping(BASE | {"steps": 10**6, name: value}), name) == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), name=st.sampled_from(sorted(NUMBER_RANGES)))
+def test_any_number_out_of_its_range_is_refused_naming_field_and_value(
+        data: st.DataObject, name: str) -> None:
+    value = data.draw(_outside(*NUMBER_RANGES[name]), label=name)
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping(BASE | {name: value})
+    assert str(info.value).startswith(f"trainer config: {name} = {show(value)}: must be")

@@ -25,6 +25,7 @@ from airflow_ett.trainer.model_config import BUNDLED
 from airflow_ett.trainer.preflight import (
     MEMORY_LIMIT_ENV,
     PARSE_TIME_MEMORY_CAP_BYTES,
+    WORKER_PROCESS_BYTES,
     check_memory,
     estimate_memory,
     preflight,
@@ -74,6 +75,59 @@ def test_memory_check_names_the_field_that_takes_the_most() -> None:
                  device_available=None, processes_per_host=1, reader=R,
                  where_available="available")
     assert PARSE_TIME_MEMORY_CAP_BYTES == 2**40
+
+
+@pytest.mark.parametrize(("prefetch", "workers", "in_flight"), [
+    (4, 0, 1),  # built inline: the step's batch only
+    (4, 1, 6),  # a queue of 4, one being built, the step's
+    (4, 2, 7),  # two queues of 2, two being built, the step's
+    (4, 8, 17),  # eight queues of 1 (never 0), eight being built, the step's
+    (1, 100_000, 200_001),
+])
+def test_batches_in_flight_are_counted_as_the_worker_pool_holds_them(
+        prefetch: int, workers: int, in_flight: int) -> None:
+    est = estimate_memory(TINY, 64, prefetch=prefetch, num_workers=workers)
+    assert est.batches_in_flight == in_flight
+    assert est.workers == workers * WORKER_PROCESS_BYTES
+    assert est.total == est.model + est.batches + est.activations + est.workers
+
+
+def test_every_data_worker_process_is_counted_against_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """100,000 workers would be 100,000 processes: at 16 MiB each, 1.7 TB, past the
+    parse-time cap, and past a 10 GB host by far; the error names num_workers."""
+    with pytest.raises(ConfigError) as info:
+        check_memory(TINY, 64, prefetch=4, num_workers=100_000, world_size=1,
+                     host_available=PARSE_TIME_MEMORY_CAP_BYTES, device_available=None,
+                     processes_per_host=1, reader=R, where_available="available")
+    assert str(info.value).startswith(
+        "trainer config: num_workers = 100000: 100000 data worker processes need an "
+        "estimated 1.7 TB (at least 16.8 MB each, plus 200001 batches in flight")
+    with pytest.raises(ConfigError, match=r"^trainer config: num_workers = 64: .*\(host "
+                                          r"memory\); use fewer workers$"):
+        check_memory(TINY, 64, prefetch=4, num_workers=64, world_size=1,
+                     host_available=10**9, device_available=10**10, processes_per_host=1,
+                     reader=R, where_available="available")
+    check_memory(TINY, 64, prefetch=4, num_workers=32, world_size=1, host_available=10**9,
+                 device_available=10**10, processes_per_host=1, reader=R,
+                 where_available="available")
+
+
+def test_a_data_cursor_past_64_bits_is_refused(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    big = cfg(tmp_path, steps=10**9, batch_size=2**20)
+    preflight(big, cuda_free=lambda: None)  # 2**50 examples on one process: fits
+    monkeypatch.setenv("WORLD_SIZE", "10000")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.raises(ConfigError) as info:
+        preflight(big, cuda_free=lambda: None)
+    assert str(info.value) == (
+        "trainer config: steps = 1000000000: x batch_size 1048576 x 10000 process(es) is a "
+        "data cursor past 9223372036854775807 (64-bit), which no event can record")
+    monkeypatch.setenv("WORLD_SIZE", str(2**20 + 1))
+    with pytest.raises(ConfigError, match=r"WORLD_SIZE = '1048577': must be an integer >= 1 "
+                                          r"and <= 1048576"):
+        preflight(cfg(tmp_path), cuda_free=lambda: None)
 
 
 def test_two_processes_on_one_host_share_its_memory(tmp_path: Path,
@@ -187,6 +241,12 @@ def test_cli_refuses_what_cannot_run_with_exit_78(tmp_path: Path) -> None:
     refused(run_cli(tmp_path, "--prewarm", compile=True, compile_cache_dir="a_file/cache"),
             "compile_cache_dir", "a_file/cache")
     refused(run_cli(tmp_path, "--attempt-number", "x"), "--attempt-number")
+    # issue 22: numbers out of their plausible range, each named before any work
+    refused(run_cli(tmp_path, step_sleep_s=1e308), "step_sleep_s = 1e+308")
+    refused(run_cli(tmp_path, data_startup_latency_s=1e308), "data_startup_latency_s = 1e+308")
+    refused(run_cli(tmp_path, num_workers=100_000), "num_workers = 100000")
+    refused(run_cli(tmp_path, faults=[{"kind": "raise", "at_step": 7}]),
+            "faults[0].at_step = 7", "steps (6)")
 
 
 @pytest.mark.integration
