@@ -5,7 +5,9 @@ usage: python _child.py SINK SPOOL_DIR JOB N [fork]
 SINK is a store URL or `jsonl:PATH`. Emits N progress events and exits normally without
 flush or close, so delivery rests on the atexit hook. With `fork`, the process forks
 after its first half, and the child emits the second half, flushes and leaves through
-os._exit, as multiprocessing and task runners do.
+os._exit, as multiprocessing and task runners do. CHILD_EMIT_TIMEOUT (seconds, default 1)
+is the emitter's timeout: the tests of a store that is down or hung keep 1 s to see the
+exit come promptly; those of a store that answers give it time to answer under load.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def main() -> None:
     fork = sys.argv[5:] == ["fork"]
     sink: EventSink | str = JsonlSink(spec[6:]) if spec.startswith("jsonl:") else spec
     # A long linger and big batches: nothing is written before exit unless asked.
-    em = Emitter(job, "att-1", sink=sink, spool_dir=spool_dir, emit_timeout=1.0,
+    timeout = float(os.environ.get("CHILD_EMIT_TIMEOUT", "1"))
+    em = Emitter(job, "att-1", sink=sink, spool_dir=spool_dir, emit_timeout=timeout,
                  linger=30.0, batch_size=100_000)
     first = n // 2 if fork else n
     for i in range(first):
@@ -37,7 +40,7 @@ def main() -> None:
             em.progress(i, i + 1, i, i + 1, start_ts=T + i, end_ts=T + i + 0.5)
         writer = em.writer
         assert writer is not None
-        ok = em.flush(5.0)
+        ok = em.flush(max(5.0, timeout))
         alive = writer._thread is not None and writer._thread.is_alive()
         print(f"child prefix={writer.ids.prefix} flushed={ok} thread={alive} "
               f"written={writer.stats.written}", flush=True)
