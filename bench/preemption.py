@@ -499,13 +499,28 @@ def _in_the_way(sweep: Sequence[Point]) -> str:
     if not lost_ok:
         best = min(sweep, key=lambda x: math.inf if x.lost_ratio is None else x.lost_ratio)
         return (f"no price loses <= {LOST_TARGET:g}x (the least at {described(best)})"
-                + (f"; p90 holds from {described(p90_ok[0])}" if p90_ok else ""))
+                + (f"; p90 holds from {described(p90_ok[0])}; {_made_of(p90_ok[0])}"
+                   if p90_ok else ""))
     if not p90_ok:
         best = min(sweep, key=lambda x: math.inf if x.p90_ratio is None else x.p90_ratio)
         return (f"no price keeps p90 <= {P90_TARGET:g}x (the best at {described(best)}); "
                 f"lost holds up to {described(lost_ok[-1])}")
     return (f"lost holds up to {described(lost_ok[-1])}, p90 only from "
-            f"{described(p90_ok[0])}: the two sides do not meet")
+            f"{described(p90_ok[0])}: the two sides do not meet; {_made_of(p90_ok[0])}")
+
+
+def _made_of(x: Point) -> str:
+    """What the loss is made of where the p90 holds, as shares of classic's whole loss:
+    restarts, which no way of leaving avoids, beside what leaving costs."""
+    ours, theirs = x.summary.lost_to_preemption, x.classic.lost_to_preemption
+    if theirs.total <= 0:
+        return "classic lost nothing"
+    def share(v: float) -> str:
+        return f"{v / theirs.total:.2f}x"
+    return (f"at {x.price:g} restarts alone are {share(ours.restart)} of classic's loss "
+            f"(classic's own {share(theirs.restart)}), unsaved work {share(ours.unsaved)}, "
+            f"saves {share(ours.save)}, over {x.summary.preemptions} preemptions (classic "
+            f"{x.classic.preemptions})")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,25 @@ class IntervalPolicy:
             return step - self.last_step >= self.steps
         return self.seconds is not None and now - self.last_time >= self.seconds
 
+    def next_save_ts(self, step: int, now: float, step_s: float | None,
+                     last_step: int) -> float | None:
+        """When the next save is expected to begin, as of `now` with `step` steps done: the
+        periodic one this rule makes due (a time rule: at its due time, or at once when that
+        has passed; a step rule: its due step at `step_s` seconds a step), or the final one
+        after `last_step` when that comes first (no periodic save is made at the last
+        step). None when it is unknown: no step rate measured yet for a count of steps.
+        What the trainer reports on its progress (`Progress.next_save_ts`), so that the
+        preemption controller knows when a victim could leave at a checkpoint."""
+        ahead: list[float] = []
+        if step_s is not None:
+            ahead.append(now + max(0, last_step - step) * step_s)
+        if step < last_step:
+            if self.steps is not None and step_s is not None:
+                ahead.append(now + max(0, self.last_step + self.steps - step) * step_s)
+            elif self.steps is None and self.seconds is not None:
+                ahead.append(max(now, self.last_time + self.seconds))
+        return min(ahead, default=None)
+
     def saved(self, step: int, now: float, blocking_s: float) -> None:
         """A periodic save at `step` returned at `now` after blocking `blocking_s`."""
         self.last_step, self.last_time = step, now

@@ -106,12 +106,20 @@ class DistEnv:
         return cls(rank, world, local, device)
 
 
+#: When the next checkpoint save is expected to begin: (steps done, now, seconds a step
+#: lately or None) -> Unix seconds or None (`IntervalPolicy.next_save_ts`).
+Schedule = Callable[[int, float, float | None], float | None]
+
+
 @dataclass(slots=True)
 class Progress:
     """Aggregates steps into progress spans of about a second, so a fast loop does not
-    send an event per step; flushed before checkpoints, faults and at the end."""
+    send an event per step; flushed before checkpoints, faults and at the end. Each span
+    carries `schedule`'s answer as of its end (`next_save_ts`), the span's own steps
+    giving the step rate."""
 
     emitter: Emitter
+    schedule: Schedule | None = None
     span_s: float = 1.0
     start_ts: float | None = None
     step_start: int = 0
@@ -138,14 +146,19 @@ class Progress:
     def flush(self, end_ts: float | None = None) -> None:
         if self.start_ts is None:
             return
+        end = time.time() if end_ts is None else end_ts
+        steps = self.step_end - self.step_start
+        step_s = max(0.0, end - self.start_ts) / steps if steps > 0 else None
         self.emitter.progress(
             self.step_start,
             self.step_end,
             self.cursor_start,
             self.cursor_end,
             self.start_ts,
-            end_ts,
+            end,
             loss=self.loss,
+            next_save_ts=(self.schedule(self.step_end, end, step_s)
+                          if self.schedule is not None else None),
         )
         self.start_ts = None
 
@@ -581,7 +594,9 @@ class Trainer:
 
     def train(self, batches: Iterator[Batch]) -> int:
         cfg, em = self.cfg, self.emitter
-        progress = Progress(em)
+        interval = self.manager.interval
+        progress = Progress(em, lambda step, now, step_s: interval.next_save_ts(
+            step, now, step_s, cfg.steps))
         self._faults = faults = FaultInjector(
             cfg.faults, self.ident.attempt_number, rank=self.env.rank,
             before_fault=progress.flush,

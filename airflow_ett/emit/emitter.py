@@ -302,14 +302,15 @@ class Emitter:
 
     def progress(self, step_start: int, step_end: int, cursor_start: int, cursor_end: int,
                  start_ts: float, end_ts: float | None = None,
-                 loss: float | None = None) -> None:
-        """Steps `[step_start, step_end)` read `[cursor_start, cursor_end)` from `start_ts`.
+                 loss: float | None = None, *, next_save_ts: float | None = None) -> None:
+        """Steps `[step_start, step_end)` read `[cursor_start, cursor_end)` from `start_ts`;
+        `next_save_ts`, when the next checkpoint save is expected to begin (if known).
 
         The hot path (once per step or per few steps): one Struct and an append.
         """
         self._record(Progress, end_ts, per_attempt=True, start_ts=start_ts,
                      step_start=step_start, step_end=step_end, cursor_start=cursor_start,
-                     cursor_end=cursor_end, loss=loss)
+                     cursor_end=cursor_end, loss=loss, next_save_ts=next_save_ts)
 
     def checkpoint(self, step: int, cursor: int, start_ts: float, blocking_s: float,
                    total_s: float, bytes: int = 0, final: bool = False, *,

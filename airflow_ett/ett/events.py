@@ -150,7 +150,12 @@ class PhaseEnded(_Base, tag="phase_ended", frozen=True):
 
 class Progress(_Base, tag="progress", frozen=True):
     """Training steps `[step_start, step_end)` read data `[cursor_start, cursor_end)`
-    between `start_ts` and `ts`. Only one reporter per job (rank 0) sends these."""
+    between `start_ts` and `ts`. Only one reporter per job (rank 0) sends these.
+
+    `next_save_ts` (optional, issue 22): when the producer expects its next checkpoint
+    save to begin, by its own interval rule, as of `ts` (the preemption controller asks a
+    victim to leave at that checkpoint instead of losing its unsaved work). Left out: not
+    known; an older reader ignores it safely, so it keeps `v` 1."""
 
     attempt: str
     start_ts: float
@@ -159,8 +164,9 @@ class Progress(_Base, tag="progress", frozen=True):
     cursor_start: Int64
     cursor_end: Int64
     loss: float | None = None
+    next_save_ts: float | None = None
 
-    TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
+    TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts", "next_save_ts")
 
 
 class CheckpointSaved(_Base, tag="checkpoint_saved", frozen=True):

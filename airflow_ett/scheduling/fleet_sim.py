@@ -38,8 +38,10 @@ before its first), whether a checkpoint save blocks them, their preemptions toda
 are UTC days of the arrival clock), `restart_s` (a restart's startup), `exit_save_s`
 (known once the job has saved once, as the controller measures it) and
 `next_checkpoint_in_s` (when its next checkpoint commits, or it finishes, whichever comes
-first, known once the job has saved twice, as the controller estimates it from the gaps
-between saves; infra failures to come are not foreseen); and the jobs
+first: the trainer reports when its next save begins on every progress span from the
+loop's start, and the controller adds the job's typical save, so it is known while the
+job trains once it has saved once, in any attempt; infra failures to come are not
+foreseen); and the jobs
 admitted for victims, as running jobs in startup (they own their GPUs already). Victims
 on their way out are left out: their GPUs are the admitted jobs'. Only the waiting jobs
 of a priority above the lowest running one are given: the others cannot preempt anybody
@@ -65,10 +67,14 @@ A preemption, by where the victim is when asked:
 - asked to yield `at_checkpoint` (the stage-aware order, when the work its next periodic
   checkpoint saves is worth the waiting job's wait at the fleet's price, `wait_price`:
   `victims.yield_plan`): it trains on, and leaves the moment that
-  checkpoint commits (or it finishes): nothing lost but the restart. Its GPUs are promised
+  checkpoint commits (or it finishes): nothing lost but the restart and the wait for the
+  commit. That save blocks the loop `checkpoint_save_s` as any other, but the trainer
+  leaves only once it is committed (`exit_save_s`, the whole save), holding its GPUs
+  meanwhile without training (counted as `save` lost). Its GPUs are promised
   to the waiting job meanwhile (it is left out of `choose`'s state, as a victim on its
   way out). If the waiting job starts before that on GPUs that freed up otherwise, the
-  yield is withdrawn: the victim goes on as if never asked (counted in
+  yield is withdrawn, unless that save has begun (the trainer claimed the request): the
+  victim goes on as if never asked (counted in
   `withdrawn_yields`, not as a preemption; so is a victim that finishes before its
   checkpoint, whose GPUs go to the waiting job as promised). An infra failure while it
   yields makes it leave then (the failure's loss is the failure's);
@@ -94,7 +100,8 @@ What is counted (GPU-seconds: seconds x the job's GPUs)
 - lost to preemption (`LostGpuSeconds`): `unsaved` (training thrown away, first starts
   cut short, and the grace a job that could not checkpoint held its GPUs until the kill),
   `restart` (the startups of attempts after a preemption, as far as they ran) and `save`
-  (exit saves, and periodic saves cut short);
+  (exit saves, periodic saves cut short, and a victim's wait for the commit of the
+  checkpoint it leaves on beyond the save's blocking part);
 - lost to failures: `unsaved` and `restart` likewise (no save: a failure saves nothing);
 - held GPU-seconds (from a start to the finish or the exit), new-data training
   GPU-seconds and E2E GPU-seconds (arrival to the finish, or to the end for a job not
@@ -655,13 +662,13 @@ class _Fleet:
         elif job.segment in ("exit", "kill"):
             self._left(job)
         else:
-            self._close(job)
+            elapsed = self._close(job)
             if job.segment == "save":
                 job.saved = job.position
                 job.attempt_checkpointed = True
                 job.saves += 1
-                if job.yield_for is not None:
-                    self._yield_now(job)
+                if job.yield_for is not None:  # it waited for the commit beyond the block
+                    self._yield_now(job, max(0.0, elapsed - job.spec.checkpoint_save_s))
                     return
             self._train(job)
 
@@ -692,7 +699,9 @@ class _Fleet:
         elif failure is not None and job.position >= failure:
             self._fail(job)
         elif job.position >= job.saved + job.spec.checkpoint_interval_s:
-            self._segment(job, "save", job.spec.checkpoint_save_s)
+            # a victim yielding at this checkpoint leaves only once it is committed
+            self._segment(job, "save", job.spec.checkpoint_save_s if job.yield_for is None
+                          else max(job.spec.checkpoint_save_s, job.spec.exit_save))
         else:  # recovery reached the high-water mark: new data from here
             self._train(job)
 
@@ -768,6 +777,8 @@ class _Fleet:
                    if j.yield_for is None)
         for victim in self.running.values():
             if victim.yield_for is None or victim.yield_for.for_job != started:
+                continue
+            if victim.segment == "save":  # its save began: the trainer claimed the request
                 continue
             if held + victim.gpus > self.capacity:
                 continue
@@ -870,20 +881,18 @@ class _Fleet:
 
     def _next_checkpoint_in(self, job: _Job) -> float | None:
         """When the training job's next checkpoint commits or it finishes (what a yield at
-        checkpoint waits for), as the controller would estimate it: known once the job has
-        saved twice; failures to come are not foreseen."""
-        if job.saves < 2 or job.stage != "training":
+        checkpoint waits for), as the controller knows it (`live.py`): the trainer's word
+        on when its next save begins, from the loop's start, plus the job's save (its whole
+        `exit_save`, to the commit), known once the job has saved once; None while it
+        saves; failures to come are not foreseen."""
+        if job.saves < 1 or job.stage != "training" or job.segment != "train":
             return None
         spec = job.spec
-        if job.segment == "save":
-            return job.segment_start + spec.checkpoint_save_s - self.now
-        if job.segment != "train":
-            return None
         position = job.position_at(self.now)
         due = job.saved + spec.checkpoint_interval_s
         if due >= spec.work_s:
             return spec.work_s - position
-        return due - position + spec.checkpoint_save_s
+        return due - position + max(spec.checkpoint_save_s, spec.exit_save)
 
     # -- preemptions ----------------------------------------------------------------------
 
@@ -916,18 +925,20 @@ class _Fleet:
             exit=exit_, unsaved_gpu_s=unsaved, wasted_gpu_s=wasted, save_gpu_s=save,
             reason=preemption.reason))
 
-    def _yield_now(self, job: _Job) -> None:
-        """A victim asked to yield at its checkpoint leaves: the checkpoint just committed
-        (or a failure struck, whose loss is counted as the failure's)."""
+    def _yield_now(self, job: _Job, commit_wait_s: float = 0.0) -> None:
+        """A victim asked to yield at its checkpoint leaves: the checkpoint just committed,
+        after `commit_wait_s` held beyond its blocking part (a `save` loss), or a failure
+        struck (whose loss is counted as the failure's)."""
         preemption = job.yield_for
         assert preemption is not None
         job.yield_for = None
         job.preempted_at.append(job.yield_asked_at)
+        self.lost.save += commit_wait_s * job.gpus
         self.applied.append(AppliedPreemption(
             at=job.yield_asked_at, victim=job.name, victim_tenant=job.spec.tenant,
             for_job=preemption.for_job, gpus=job.gpus, stage="training", saving=False,
-            exit="at_checkpoint", unsaved_gpu_s=0.0, wasted_gpu_s=0.0, save_gpu_s=0.0,
-            reason=preemption.reason))
+            exit="at_checkpoint", unsaved_gpu_s=0.0, wasted_gpu_s=0.0,
+            save_gpu_s=commit_wait_s * job.gpus, reason=preemption.reason))
         self.running.pop(job.name, None)
         self._give_gpus(job)
         self._release(job)

@@ -71,16 +71,27 @@ The rules, each read from the events alone (`live_state`):
   belongs to shutdown). The longest, not a mean: an exit save has nothing to overlap
   with, and an estimate too short makes a decision count on a save the grace cuts off;
   with a handful of saves the longest is the high percentile. None before any save.
-- **next_checkpoint_in_s**: when the current attempt's next periodic checkpoint is
-  expected to be committed, from `now`: its latest non-final save's start + the typical
-  gap + the typical `total_s` - `now`, at least 0. The typical gap is the median of the
+- **next_checkpoint_in_s**: when the current attempt's next checkpoint is expected to be
+  committed, from `now`, at least 0. The trainer's own word first: the latest `progress`
+  span of the attempt carrying `next_save_ts` (when its interval rule expects the next
+  save to begin, reported from the loop's first span on, so known before the attempt's
+  first save) + the typical `total_s` (below). That word is spent once a save of the
+  attempt began at or after the span's `ts` (a `checkpoint_saved` start or a
+  `checkpoint_save_blocking` phase: the save it announced, or a later one), and doubted
+  once the announced save is `LATE_SAVE_S` late without having begun (a paused loop, a
+  hang): None then, until the next span says more. No span of the attempt carries it (an
+  older or another producer): the cadence of its saves, as follows. Its latest non-final
+  save's start + the typical gap + the typical `total_s` - `now`. The typical gap is the
+  median of the
   job's `CADENCE_SAMPLE` latest gaps between the starts of consecutive non-final saves
   *of one attempt* (a gap across a restart is no interval); the last save of an attempt
   that ended preempted is left out of them (it may be an exit save, which comes early).
   The typical `total_s` is the median over the job's `CADENCE_SAMPLE` latest non-final
-  saves. So it needs a save in the current attempt (an anchor: a restored attempt's
-  first interval runs from its replay, which no event dates) and two saves of one
-  attempt, this one or an earlier one. None otherwise, and None while the attempt is
+  saves. So, without the trainer's word, it needs a save in the current attempt (an
+  anchor: a restored attempt's first interval runs from its replay, which no event
+  dates) and two saves of one attempt, this one or an earlier one; either way a save of
+  the job (any attempt) to know how long one takes. None otherwise, and None while the
+  attempt is
   `saving`, in `shutdown`/`publishing`, or when the expected commit is more than a whole
   gap overdue (the cadence broke: a paused loop, a changed interval). Every doubt gives
   None, not a small number: a victim asked to yield at a checkpoint that does not come
@@ -119,6 +130,11 @@ from airflow_ett.scheduling.model import RunningJob, Stage
 EXIT_SAVE_SAMPLE: Final = 10
 #: How many of a job's latest save gaps (and save durations) the cadence is the median of.
 CADENCE_SAMPLE: Final = 5
+
+#: How late an announced save (`Progress.next_save_ts`) may be without having begun before
+#: the announcement says nothing any more: a save begins at the first step boundary after
+#: it is due, and a step is seconds, not minutes.
+LATE_SAVE_S: Final = 300.0
 
 #: The phases that are a checkpoint save while they are open.
 SAVE_PHASES: Final = frozenset({"checkpoint_save_blocking", "final_checkpoint"})
@@ -408,17 +424,46 @@ def _median(values: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def _typical_save_s(ordered: Sequence[_Attempt]) -> float | None:
+    """The median `total_s` of the job's `CADENCE_SAMPLE` latest non-final saves."""
+    saves = sorted((c for a in ordered for c in _periodic(a)), key=lambda c: (c.start_ts, c.id))
+    recent = saves[-CADENCE_SAMPLE:]
+    return _median([max(0.0, c.total_s) for c in recent]) if recent else None
+
+
+def _announced_save(current: _Attempt, now: float) -> tuple[bool, float | None]:
+    """Whether the trainer reports its schedule in this attempt (a span carrying
+    `next_save_ts`; if not, the cadence decides), and when its latest word says the next
+    save begins (None: spent or late; see the module docstring)."""
+    said = [p for p in current.spans if p.next_save_ts is not None]
+    if not said:
+        return False, None
+    latest = max(said, key=lambda p: (p.ts, p.id))
+    begun = [c.start_ts for c in _periodic(current)]
+    begun += [p.ts for p in _phases(current.marks)[0] if p.phase == "checkpoint_save_blocking"]
+    if any(b >= latest.ts for b in begun):
+        return True, None  # the save it announced (or a later one) began: the next word
+    assert latest.next_save_ts is not None
+    if now - latest.next_save_ts > LATE_SAVE_S:
+        return True, None
+    return True, latest.next_save_ts
+
+
 def _next_checkpoint_in(ordered: Sequence[_Attempt], current: _Attempt,
                         now: float) -> float | None:
     """See the module docstring (`next_checkpoint_in_s`); `ordered` by attempt start."""
+    reported, announced = _announced_save(current, now)
+    if reported:
+        total = _typical_save_s(ordered)
+        if announced is None or total is None:
+            return None
+        return max(0.0, announced + total - now)
     mine = _periodic(current)
     if not mine:
         return None  # no anchor: when this attempt's interval began is unknown
     gaps: list[tuple[float, float]] = []  # (the later save's start, the gap)
-    saves: list[CheckpointSaved] = []
     for a in ordered:
         periodic = _periodic(a)
-        saves += periodic
         if a is not current and a.end is not None and a.end.cause == "preemption":
             periodic = periodic[:-1]  # maybe its exit save: not an interval
         gaps += [(b.start_ts, b.start_ts - p.start_ts) for p, b in pairwise(periodic)
@@ -426,8 +471,8 @@ def _next_checkpoint_in(ordered: Sequence[_Attempt], current: _Attempt,
     if not gaps:
         return None
     gap = _median([g for _, g in sorted(gaps)[-CADENCE_SAMPLE:]])
-    recent = sorted(saves, key=lambda c: (c.start_ts, c.id))[-CADENCE_SAMPLE:]
-    total = _median([max(0.0, c.total_s) for c in recent])
+    total = _typical_save_s(ordered)
+    assert total is not None  # a gap means two saves
     due = mine[-1].start_ts + gap + total - now
     if due < -gap:
         return None  # a whole interval overdue: the cadence no longer says anything

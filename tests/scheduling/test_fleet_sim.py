@@ -189,6 +189,27 @@ def test_an_exit_save_longer_than_the_grace_is_cut_and_its_work_lost() -> None:
                                                        save=120.0)
 
 
+def test_a_victim_that_saved_once_yields_at_its_next_checkpoint_once_it_commits() -> None:
+    """The low job saved once (at 1000, 1100-1110); its exit save (200 s) does not fit its
+    120-s grace. The high job arrives at 1500: the trainer's word says the next save
+    begins at 2110 (1000 s of training after the last), and it commits 200 s later: the
+    work it saves (390 s) is worth the wait past the grace at the default price, so the
+    victim trains on and leaves at 2310, having held its GPU 190 s past the save's
+    blocking part for the commit."""
+    slow = dataclasses.replace(LOW, exit_save_s=200.0)
+    result = run([slow, high(1500.0)], "stage_aware")
+    [first] = [r for r in result.rounds if r.at == 1500.0]
+    [victim] = first.state.running
+    assert victim.next_checkpoint_in_s == pytest.approx(610.0 + 200.0)
+    [p] = result.preemptions
+    assert (p.at, p.exit, p.unsaved_gpu_s, p.save_gpu_s) == (1500.0, "at_checkpoint", 0.0,
+                                                             190.0)
+    assert outcome(result, "high").first_start == 2310.0
+    assert result.lost_to_preemption == LostGpuSeconds(restart=60.0, save=190.0)
+    low = outcome(result, "low")
+    assert (low.new_s, low.replay_s) == (3000.0, 0.0)
+
+
 def test_a_failure_loses_the_work_since_the_checkpoint_and_restarts_in_place() -> None:
     failing = dataclasses.replace(LOW, failures_at_s=(1500.0,))
     for policy in POLICIES:

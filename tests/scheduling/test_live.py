@@ -32,7 +32,13 @@ from airflow_ett.ett.events import (
     read_events,
 )
 from airflow_ett.ett.timeline import to_s, to_us
-from airflow_ett.scheduling.live import UNREPORTED_COMMIT_S, LiveState, live_state, running_job
+from airflow_ett.scheduling.live import (
+    LATE_SAVE_S,
+    UNREPORTED_COMMIT_S,
+    LiveState,
+    live_state,
+    running_job,
+)
 from airflow_ett.scheduling.model import Stage
 from tests.factories import T0
 
@@ -54,6 +60,12 @@ class Maker:
     def progress(self, attempt: str, start: float, end: float, c0: int, c1: int) -> Event:
         return self(Progress, end, attempt=attempt, start_ts=T0 + start, step_start=c0,
                     step_end=c1, cursor_start=c0, cursor_end=c1)
+
+    def said(self, attempt: str, start: float, end: float, c0: int, c1: int,
+             next_save: float) -> Event:
+        """A span whose producer says its next save begins at `next_save` (from T0)."""
+        return self(Progress, end, attempt=attempt, start_ts=T0 + start, step_start=c0,
+                    step_end=c1, cursor_start=c0, cursor_end=c1, next_save_ts=T0 + next_save)
 
     def checkpoint(self, attempt: str, start: float, *, blocking: float, total: float,
                    cursor: int, at: float | None = None, final: bool = False) -> Event:
@@ -412,6 +424,78 @@ def test_a_final_save_is_neither_cadence_nor_exit_save() -> None:
     assert s is not None and s.exit_save_s == 5 and s.next_checkpoint_in_s is None
 
 
+# -- the next checkpoint as the trainer reports it (progress.next_save_ts) -----------------
+
+def test_the_trainers_word_gives_the_next_checkpoint_before_this_attempt_saved() -> None:
+    m = Maker()
+    # attempt 1 saved once (5 s in all) and failed; attempt 2 has not saved yet, but its
+    # spans say the next save begins at 400: it commits at 405
+    events = [*trained(m), *periodic(m, "1", [100]),
+              m(AttemptEnded, 150, attempt="1", status="failed", cause="infra"),
+              m(AttemptStarted, 200, attempt="2"), m.said("2", 210, 220, 100, 300, 400)]
+    s = running(events, 230)
+    assert s.stage == "training" and s.next_checkpoint_in_s == pytest.approx(405 - 230)
+    # the cadence alone knows nothing here (one save, none in this attempt)
+    plain = [e for e in events if not isinstance(e, Progress)] + [
+        m.progress("2", 210, 220, 100, 300)]
+    assert running(plain, 230).next_checkpoint_in_s is None
+    # the latest word counts: a later span moves the save (an "auto" interval re-chosen)
+    events.append(m.said("2", 220, 221, 300, 310, 350))
+    assert running(events, 230).next_checkpoint_in_s == pytest.approx(355 - 230)
+
+
+def test_the_trainers_word_needs_a_save_of_the_job_to_know_how_long_one_takes() -> None:
+    m = Maker()
+    events = [m(JobSubmitted, 0, tenant="batch"), m(AttemptStarted, 10, attempt="1"),
+              m.said("1", 10, 15, 0, 10, 100)]
+    assert running(events, 20).next_checkpoint_in_s is None
+
+
+def test_the_trainers_word_is_spent_by_the_save_it_announced() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100], total=5), m.said("1", 110, 111, 10, 20, 160)]
+    assert running(events, 120).next_checkpoint_in_s == pytest.approx(165 - 120)
+    # the save begins at 160 (its phase), commits at 165: the word is spent until a span
+    # after it says when the next one begins
+    begun = [*events, m(PhaseStarted, 160, attempt="1", phase="checkpoint_save_blocking"),
+             m(PhaseEnded, 161, attempt="1", phase="checkpoint_save_blocking"),
+             m.checkpoint("1", 160, blocking=1, total=5, cursor=30)]
+    assert running(begun, 170).next_checkpoint_in_s is None
+    begun.append(m.said("1", 166, 170, 30, 40, 220))
+    assert running(begun, 170).next_checkpoint_in_s == pytest.approx(225 - 170)
+
+
+def test_a_late_announced_save_is_due_now_then_doubted() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100]), m.said("1", 110, 111, 10, 20, 160)]
+    assert running(events, 160 + LATE_SAVE_S).next_checkpoint_in_s == 0
+    assert running(events, 160 + LATE_SAVE_S + 1).next_checkpoint_in_s is None
+
+
+def test_the_trainers_word_of_another_attempt_does_not_count() -> None:
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100]), m.said("1", 110, 111, 10, 20, 500),
+              m(AttemptEnded, 150, attempt="1", status="failed", cause="infra"),
+              m(AttemptStarted, 200, attempt="2"), m.progress("2", 210, 220, 100, 300)]
+    assert running(events, 230).next_checkpoint_in_s is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(due=st.floats(0, 3600), total=st.floats(0, 600), cut=st.floats(0, 1))
+def test_the_trainers_word_is_the_commit_it_implies(due: float, total: float,
+                                                    cut: float) -> None:
+    """Whatever the schedule said and the save took, before the save begins the estimate
+    is the announced start plus the job's typical save, from now, never below 0."""
+    m = Maker()
+    events = [*trained(m), *periodic(m, "1", [100], total=total)]
+    said_at = 100 + total + 1
+    events.append(m.said("1", said_at - 1, said_at, 10, 20, said_at + due))
+    now = said_at + cut * (due + LATE_SAVE_S)
+    s = running(events, now)
+    assert s.next_checkpoint_in_s == pytest.approx(max(0.0, said_at + due + total - now),
+                                                   abs=1e-3)  # Unix seconds' float grain
+
+
 @settings(max_examples=200, deadline=None)
 @given(gap=st.floats(5, 600), total=st.floats(0.1, 60), saves=st.integers(2, 8),
        jitter=st.floats(0, 1), cut=st.floats(0, 1))
@@ -690,3 +774,27 @@ def test_a_real_trainer_run_cut_at_every_event(tmp_path: Path) -> None:
         cut = live_state([e for e in events if e.ts <= begun.ts], now=begun.ts,
                          day_start=begun.ts)
         assert cut is not None and cut.saving, begun
+    check_the_trainers_word(events)
+
+
+def check_the_trainers_word(events: Sequence[Event]) -> None:
+    """The trainer says on every span when its next save begins; the span just before a
+    periodic save announced no later than it began; and once the job has saved, the
+    restored attempt's next checkpoint is known before that attempt saved (the cadence
+    of its saves alone would need a save of its own)."""
+    spans = sorted((e for e in events if isinstance(e, Progress)), key=lambda e: e.ts)
+    assert spans and all(p.next_save_ts is not None for p in spans)
+    saves = [e for e in events if isinstance(e, CheckpointSaved) and not e.final]
+    for save in saves:
+        before = [p for p in spans if p.attempt == save.attempt and p.ts <= save.start_ts]
+        assert before and before[-1].next_save_ts is not None
+        assert before[-1].next_save_ts <= save.start_ts + 1e-6, save
+    first_own = min(e.start_ts for e in saves if e.attempt == "2")
+    restored = [p for p in spans if p.attempt == "2" and p.ts < first_own]
+    totals = sorted(e.total_s for e in saves if e.ts < restored[-1].ts)
+    assert len(totals) == 1  # attempt 1's step-30 save, the job's only one so far
+    for p in restored:
+        cut = live_state([e for e in events if e.ts <= p.ts], now=p.ts, day_start=p.ts)
+        assert cut is not None and p.next_save_ts is not None
+        assert cut.next_checkpoint_in_s == pytest.approx(
+            max(0.0, p.next_save_ts + totals[0] - p.ts), abs=1e-3), p

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import FaultSpec, config_from_mapping
@@ -33,6 +35,46 @@ def test_every_n_seconds_counts_from_the_last_save() -> None:
     assert not policy.due(999, 129.9) and policy.due(1, 130.0)
     policy.saved(1, now=131.0, blocking_s=0.0)
     assert not policy.due(2, 160.0) and policy.due(2, 161.0)
+
+
+def test_the_next_save_is_announced_by_time_or_by_steps_at_the_step_rate() -> None:
+    by_time = IntervalPolicy(seconds=30.0)
+    by_time.start(0, now=100.0)
+    assert by_time.next_save_ts(5, 110.0, 0.5, last_step=1000) == 130.0
+    assert by_time.next_save_ts(5, 140.0, 0.5, last_step=1000) == 140.0  # overdue: now
+    by_time.saved(60, now=131.0, blocking_s=0.0)
+    assert by_time.next_save_ts(61, 132.0, None, last_step=1000) == 161.0  # no rate needed
+    by_steps = IntervalPolicy(steps=100)
+    by_steps.start(0, now=0.0)
+    assert by_steps.next_save_ts(40, 50.0, 0.5, last_step=1000) == 50.0 + 60 * 0.5
+    assert by_steps.next_save_ts(40, 50.0, None, last_step=1000) is None  # no rate yet
+
+
+def test_the_final_save_is_announced_when_it_comes_before_the_periodic_one() -> None:
+    by_time = IntervalPolicy(seconds=3600.0)
+    by_time.start(0, now=0.0)
+    assert by_time.next_save_ts(90, 100.0, 2.0, last_step=100) == 100.0 + 10 * 2.0
+    by_steps = IntervalPolicy(steps=50)
+    by_steps.start(60, now=0.0)  # next periodic at 110, past the last step
+    assert by_steps.next_save_ts(70, 10.0, 1.0, last_step=100) == 10.0 + 30
+    assert by_steps.next_save_ts(100, 10.0, 1.0, last_step=100) == 10.0  # the end: now
+    assert IntervalPolicy().next_save_ts(0, 5.0, 1.0, last_step=3) == 8.0
+    assert IntervalPolicy().next_save_ts(0, 5.0, None, last_step=3) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(every=st.integers(1, 50), start=st.integers(0, 100), done=st.integers(0, 200),
+       step_s=st.floats(0.01, 10.0))
+def test_a_step_interval_announces_the_time_its_due_step_is_reached(
+        every: int, start: int, done: int, step_s: float) -> None:
+    """At a steady rate, the announced time is when `due` first says yes (or the end)."""
+    last = start + 150
+    policy = IntervalPolicy(steps=every)
+    policy.start(start, now=0.0)
+    step = min(start + done % every, last)
+    said = policy.next_save_ts(step, 1000.0, step_s, last_step=last)
+    due_step = next((s for s in range(step, last) if policy.due(s, 0.0)), last)
+    assert said == pytest.approx(1000.0 + (due_step - step) * step_s)
 
 
 def test_no_interval_is_never_due() -> None:
