@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from airflow_ett.scheduling.model import Decision, FleetState
     from airflow_ett.scheduling.request import PreemptRequest
+    from airflow_ett.scheduling.save_times import SavePrior
     from airflow_ett.scheduling.snapshot import TaskState, TrainTask
     from airflow_ett.scheduling.tenants import TenantsConfig
     from airflow_ett.store import EttStore
@@ -113,14 +114,37 @@ def _day_start(now: float, tz: str) -> float:
 def snapshot(tasks: Sequence[TrainTask], config: TenantsConfig, store: EttStore, *,
              now: float, tz: str = "UTC",
              yielding: Mapping[str, PreemptRequest] | None = None) -> FleetState:
+    """The fleet state from Airflow's tasks and the store's events. A running job that has
+    not saved yet takes its tenant's saves of the last `save_times.PRIOR_WINDOW_S` as how
+    long its own take (read only when there is such a job)."""
     from airflow_ett.scheduling.live import live_state
-    from airflow_ett.scheduling.snapshot import fleet_state
+    from airflow_ett.scheduling.snapshot import fleet_state, tenant_of_pool
 
     day_start = _day_start(now, tz)
-    live = {t.job: live_state(store.job_events(t.job), now=now, day_start=day_start)
-            for t in tasks if t.state == "running" and t.job not in (yielding or {})}
+    events = {t.job: store.job_events(t.job) for t in tasks
+              if t.state == "running" and t.job not in (yielding or {})}
+    live = {job: live_state(e, now=now, day_start=day_start) for job, e in events.items()}
+    unsaved = [t for t in tasks if (s := live.get(t.job)) is not None and s.exit_save_s is None]
+    priors = tenant_priors(store, config, now=now) if unsaved else {}
+    for task in unsaved:
+        prior = priors.get(tenant_of_pool(task.pool) or "")
+        if prior is not None:
+            live[task.job] = live_state(events[task.job], now=now, day_start=day_start,
+                                        prior=prior)
     return fleet_state(tasks, live, config.tenants, capacity_gpus=config.fleet_gpus, now=now,
                        wait_price=config.checkpoint_wait_price, yielding=yielding)
+
+
+def tenant_priors(store: EttStore, config: TenantsConfig, *, now: float
+                  ) -> dict[str, SavePrior]:
+    """Each tenant's recent saves as the guess for a job of it that has not saved yet
+    (`save_times.save_prior`; a tenant without saves in the window has none)."""
+    from airflow_ett.scheduling.live import save_time
+    from airflow_ett.scheduling.save_times import PRIOR_WINDOW_S, save_prior
+
+    saves = store.checkpoint_saves(config.tenants, since=now - PRIOR_WINDOW_S)
+    priors = {t: save_prior([save_time(c) for c in own]) for t, own in saves.items()}
+    return {t: p for t, p in priors.items() if p is not None}
 
 
 def _job_dir(work_dir: Path, task: TrainTask) -> Path:

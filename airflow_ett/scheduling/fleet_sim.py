@@ -120,6 +120,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -138,6 +139,7 @@ from airflow_ett.scheduling.model import (
     VictimOrder,
     WaitingJob,
 )
+from airflow_ett.scheduling.save_times import PRIOR_WINDOW_S, SavePrior, SaveTime, save_prior
 from airflow_ett.scheduling.victims import choose
 
 #: The policies compared: no preemption, and the two victim orders of `victims.choose`.
@@ -486,7 +488,7 @@ class _Job:
     segment_pos: float = 0.0
     segment_target: float = 0.0
     exit_commits: bool = False
-    saves: int = 0  # periodic checkpoints committed, over all attempts
+    saves: int = 0  # checkpoints committed (periodic, or to leave), over all attempts
     yield_for: Preemption | None = None  # asked to yield at its next checkpoint
     yielding_to: str | None = None  # a victim: the admitted job its GPUs go to
     yield_asked_at: float = 0.0
@@ -578,6 +580,12 @@ class _Fleet:
         self.lost_failures = _Lost()
         self.applied: list[AppliedPreemption] = []
         self.rounds: list[Round] = []
+        # each tenant's saves committed in the last PRIOR_WINDOW_S (commit time, figures),
+        # and its prior as last computed (with the count of saves recorded then)
+        self.tenant_saves: dict[str, deque[tuple[float, SaveTime]]] = {
+            t: deque() for t in tenants}
+        self.recorded: dict[str, int] = dict.fromkeys(tenants, 0)
+        self.priors: dict[str, tuple[int, int, SavePrior | None]] = {}
         self.unfinished = len(self.jobs)
         for job in self.jobs.values():
             self._push(job.spec.arrival, job.name)
@@ -666,7 +674,7 @@ class _Fleet:
             if job.segment == "save":
                 job.saved = job.position
                 job.attempt_checkpointed = True
-                job.saves += 1
+                self._committed(job)
                 if job.yield_for is not None:  # it waited for the commit beyond the block
                     self._yield_now(job, max(0.0, elapsed - job.spec.checkpoint_save_s))
                     return
@@ -871,28 +879,58 @@ class _Fleet:
                 restart_s=job.spec.startup_s if job.first_start is None
                 else job.spec.restart)
         since = job.position_at(self.now) - job.saved if job.attempt_checkpointed else None
+        own = _save_time(job.spec) if job.saves >= 1 else None
+        prior = None if own is not None else self._prior(job.spec.tenant)
         return RunningJob(
             job=job.name, tenant=job.spec.tenant, priority=job.priority, gpus=job.gpus,
             stage=job.stage, run_s=self.now - job.attempt_start, since_checkpoint_s=since,
             saving=job.segment == "save", preemptions_today=preempted_today,
             restart_s=job.spec.restart, admitted_at=job.attempt_start,
-            next_checkpoint_in_s=self._next_checkpoint_in(job),
-            exit_save_s=job.spec.exit_save if job.saves >= 1 else None)
+            next_checkpoint_in_s=self._next_checkpoint_in(
+                job, own.total_s if own is not None
+                else prior.typical_s if prior is not None else None),
+            exit_save_s=(job.spec.exit_save if own is not None
+                         else prior.exit_s if prior is not None else None),
+            commit_wait_s=(own.commit_wait_s if own is not None
+                           else prior.commit_wait_s if prior is not None else None))
 
-    def _next_checkpoint_in(self, job: _Job) -> float | None:
+    def _next_checkpoint_in(self, job: _Job, save_s: float | None) -> float | None:
         """When the training job's next checkpoint commits or it finishes (what a yield at
         checkpoint waits for), as the controller knows it (`live.py`): the trainer's word
-        on when its next save begins, from the loop's start, plus the job's save (its whole
-        `exit_save`, to the commit), known once the job has saved once; None while it
-        saves; failures to come are not foreseen."""
-        if job.saves < 1 or job.stage != "training" or job.segment != "train":
+        on when its next save begins, from the loop's start, plus how long a save takes to
+        its commit (`save_s`: the job's own once it has saved, before that its tenant's
+        typical save; None: neither known); None while it saves; failures to come are not
+        foreseen."""
+        if save_s is None or job.stage != "training" or job.segment != "train":
             return None
         spec = job.spec
         position = job.position_at(self.now)
         due = job.saved + spec.checkpoint_interval_s
         if due >= spec.work_s:
             return spec.work_s - position
-        return due - position + max(spec.checkpoint_save_s, spec.exit_save)
+        return due - position + save_s
+
+    def _committed(self, job: _Job) -> None:
+        """A save of `job` committed: the job knows its own saves from now on, and its
+        tenant's recent saves count it (the store's `checkpoint_saves`)."""
+        job.saves += 1
+        self.tenant_saves[job.spec.tenant].append((self.now, _save_time(job.spec)))
+        self.recorded[job.spec.tenant] += 1
+
+    def _prior(self, tenant: str) -> SavePrior | None:
+        """The tenant's saves committed in the last `PRIOR_WINDOW_S`, as the controller's
+        guess for a job that has not saved yet (`save_times.save_prior`); computed again
+        only when a save was recorded or left the window."""
+        saves = self.tenant_saves[tenant]
+        while saves and saves[0][0] < self.now - PRIOR_WINDOW_S:
+            saves.popleft()
+        key = (self.recorded[tenant], len(saves))
+        cached = self.priors.get(tenant)
+        if cached is not None and cached[:2] == key:
+            return cached[2]
+        prior = save_prior([t for _, t in saves])
+        self.priors[tenant] = (*key, prior)
+        return prior
 
     # -- preemptions ----------------------------------------------------------------------
 
@@ -999,6 +1037,7 @@ class _Fleet:
         if segment == "exit":
             if job.exit_commits:
                 job.saved = job.position
+                self._committed(job)
             else:
                 self._lose(job)
         self._give_gpus(job)
@@ -1036,6 +1075,13 @@ class _Fleet:
             new_gpu_s=sum(o.new_s * o.gpus for o in outcomes),
             e2e_gpu_s=sum(o.e2e_s * o.gpus for o in outcomes), peak_gpus=self.peak,
             withdrawn_yields=self.withdrawn_yields, rounds=tuple(self.rounds))
+
+
+def _save_time(spec: JobArrival) -> SaveTime:
+    """A save of the job as its trainer reports it: the loop blocks `checkpoint_save_s`,
+    the whole save (`exit_save`) runs to the commit."""
+    total = max(spec.checkpoint_save_s, spec.exit_save)
+    return SaveTime(total_s=total, commit_wait_s=total - spec.checkpoint_save_s)
 
 
 def _outcome(job: _Job, end: float) -> JobOutcome:

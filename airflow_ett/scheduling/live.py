@@ -70,7 +70,18 @@ The rules, each read from the events alone (`live_state`):
   of the job's `EXIT_SAVE_SAMPLE` latest non-final saves (any attempt; the final one
   belongs to shutdown). The longest, not a mean: an exit save has nothing to overlap
   with, and an estimate too short makes a decision count on a save the grace cuts off;
-  with a handful of saves the longest is the high percentile. None before any save.
+  with a handful of saves the longest is the high percentile. Before the job's first
+  save, its tenant's (the `prior`, below); None without either.
+- **commit_wait_s**: how long the job's next save holds its GPUs past the loop's
+  blocking part, until the commit (a victim leaving at that checkpoint waits for it
+  without training): the median, over the job's `CADENCE_SAMPLE` latest non-final saves,
+  of each one's commit (its `ts`, or the end of its background part if later) less its
+  start and its `blocking_s`. Before the job's first save, its tenant's; else None.
+- **The prior** (`prior`, `save_times.save_prior`): a job that has not saved yet knows
+  nothing of how long its saves take, so its tenant's recent saves stand in (the median
+  whole save for the next checkpoint's commit, the p90 for the exit save, the median
+  commit wait), until its own first save replaces them: a job that announced its first
+  save can then be waited for.
 - **next_checkpoint_in_s**: when the current attempt's next checkpoint is expected to be
   committed, from `now`, at least 0. The trainer's own word first: the latest `progress`
   span of the attempt carrying `next_save_ts` (when its interval rule expects the next
@@ -87,10 +98,11 @@ The rules, each read from the events alone (`live_state`):
   *of one attempt* (a gap across a restart is no interval); the last save of an attempt
   that ended preempted is left out of them (it may be an exit save, which comes early).
   The typical `total_s` is the median over the job's `CADENCE_SAMPLE` latest non-final
-  saves. So, without the trainer's word, it needs a save in the current attempt (an
-  anchor: a restored attempt's first interval runs from its replay, which no event
-  dates) and two saves of one attempt, this one or an earlier one; either way a save of
-  the job (any attempt) to know how long one takes. None otherwise, and None while the
+  saves (the prior's median before the job's first). So, without the trainer's word, it
+  needs a save in the current attempt (an anchor: a restored attempt's first interval
+  runs from its replay, which no event dates) and two saves of one attempt, this one or
+  an earlier one; with it, a save of the job (any attempt) or the prior to know how long
+  one takes. None otherwise, and None while the
   attempt is
   `saving`, in `shutdown`/`publishing`, or when the expected commit is more than a whole
   gap overdue (the cadence broke: a paused loop, a changed interval). Every doubt gives
@@ -125,6 +137,7 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.ett.phases import PHASES, SHUTDOWN
 from airflow_ett.scheduling.model import RunningJob, Stage
+from airflow_ett.scheduling.save_times import SavePrior, SaveTime
 
 #: How many of a job's latest non-final saves `exit_save_s` is the longest of.
 EXIT_SAVE_SAMPLE: Final = 10
@@ -167,6 +180,7 @@ class LiveState:
     last_event_at: float
     next_checkpoint_in_s: float | None = None
     exit_save_s: float | None = None
+    commit_wait_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -209,9 +223,11 @@ class _OpenPhase:
     ts: float
 
 
-def live_state(events: Sequence[Event], *, now: float, day_start: float) -> LiveState | None:
+def live_state(events: Sequence[Event], *, now: float, day_start: float,
+               prior: SavePrior | None = None) -> LiveState | None:
     """The live state of the one job `events` describe, or None when it does not run now
-    (no attempt, its current attempt ended, or the job ended). See the module docstring.
+    (no attempt, its current attempt ended, or the job ended). See the module docstring;
+    `prior`: its tenant's recent saves, for a job that has not saved yet.
 
     Raises ValueError for events of several jobs, or a `now`/`day_start` that is not a
     finite number of seconds."""
@@ -255,10 +271,11 @@ def live_state(events: Sequence[Event], *, now: float, day_start: float) -> Live
         restart_s=_restart_s(ordered, new_data_at),
         admitted_at=start,
         last_event_at=max(e.ts for e in unique),
-        next_checkpoint_in_s=(_next_checkpoint_in(ordered, current, now)
+        next_checkpoint_in_s=(_next_checkpoint_in(ordered, current, now, prior)
                               if stage in ("startup", "recovery", "training") and not saving
                               else None),
-        exit_save_s=_exit_save_s(ordered),
+        exit_save_s=_exit_save_s(ordered, prior),
+        commit_wait_s=_commit_wait_s(ordered, prior),
     )
 
 
@@ -286,6 +303,7 @@ def running_job(state: LiveState, *, priority: int, gpus: int,
         admitted_at=state.admitted_at,
         next_checkpoint_in_s=state.next_checkpoint_in_s,
         exit_save_s=state.exit_save_s,
+        commit_wait_s=state.commit_wait_s,
     )
 
 
@@ -412,10 +430,32 @@ def _periodic(a: _Attempt) -> list[CheckpointSaved]:
     return sorted((c for c in a.checkpoints if not c.final), key=lambda c: (c.start_ts, c.id))
 
 
-def _exit_save_s(ordered: Sequence[_Attempt]) -> float | None:
-    saves = sorted((c for a in ordered for c in _periodic(a)), key=lambda c: (c.start_ts, c.id))
-    recent = saves[-EXIT_SAVE_SAMPLE:]
-    return max((max(0.0, c.total_s) for c in recent), default=None)
+def _saves(ordered: Sequence[_Attempt]) -> list[CheckpointSaved]:
+    """The job's non-final saves, every attempt's, by start."""
+    return sorted((c for a in ordered for c in _periodic(a)), key=lambda c: (c.start_ts, c.id))
+
+
+def _exit_save_s(ordered: Sequence[_Attempt], prior: SavePrior | None) -> float | None:
+    recent = _saves(ordered)[-EXIT_SAVE_SAMPLE:]
+    if not recent:
+        return prior.exit_s if prior is not None else None
+    return max(max(0.0, c.total_s) for c in recent)
+
+
+def save_time(c: CheckpointSaved) -> SaveTime:
+    """One save's figures for the prior (`save_times.SaveTime`): its whole `total_s`, and
+    its commit (its `ts`, or the end of its background part if later) past its start and
+    its blocking part."""
+    total = max(0.0, c.total_s)
+    return SaveTime(total_s=total,
+                    commit_wait_s=max(0.0, _complete_at(c) - c.start_ts - max(0.0, c.blocking_s)))
+
+
+def _commit_wait_s(ordered: Sequence[_Attempt], prior: SavePrior | None) -> float | None:
+    recent = _saves(ordered)[-CADENCE_SAMPLE:]
+    if not recent:
+        return prior.commit_wait_s if prior is not None else None
+    return _median([save_time(c).commit_wait_s for c in recent])
 
 
 def _median(values: Sequence[float]) -> float:
@@ -424,11 +464,13 @@ def _median(values: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _typical_save_s(ordered: Sequence[_Attempt]) -> float | None:
-    """The median `total_s` of the job's `CADENCE_SAMPLE` latest non-final saves."""
-    saves = sorted((c for a in ordered for c in _periodic(a)), key=lambda c: (c.start_ts, c.id))
-    recent = saves[-CADENCE_SAMPLE:]
-    return _median([max(0.0, c.total_s) for c in recent]) if recent else None
+def _typical_save_s(ordered: Sequence[_Attempt], prior: SavePrior | None) -> float | None:
+    """The median `total_s` of the job's `CADENCE_SAMPLE` latest non-final saves; before
+    its first, the prior's."""
+    recent = _saves(ordered)[-CADENCE_SAMPLE:]
+    if not recent:
+        return prior.typical_s if prior is not None else None
+    return _median([max(0.0, c.total_s) for c in recent])
 
 
 def _announced_save(current: _Attempt, now: float) -> tuple[bool, float | None]:
@@ -450,11 +492,11 @@ def _announced_save(current: _Attempt, now: float) -> tuple[bool, float | None]:
 
 
 def _next_checkpoint_in(ordered: Sequence[_Attempt], current: _Attempt,
-                        now: float) -> float | None:
+                        now: float, prior: SavePrior | None) -> float | None:
     """See the module docstring (`next_checkpoint_in_s`); `ordered` by attempt start."""
     reported, announced = _announced_save(current, now)
     if reported:
-        total = _typical_save_s(ordered)
+        total = _typical_save_s(ordered, prior)
         if announced is None or total is None:
             return None
         return max(0.0, announced + total - now)
@@ -471,7 +513,7 @@ def _next_checkpoint_in(ordered: Sequence[_Attempt], current: _Attempt,
     if not gaps:
         return None
     gap = _median([g for _, g in sorted(gaps)[-CADENCE_SAMPLE:]])
-    total = _typical_save_s(ordered)
+    total = _typical_save_s(ordered, prior)
     assert total is not None  # a gap means two saves
     due = mine[-1].start_ts + gap + total - now
     if due < -gap:

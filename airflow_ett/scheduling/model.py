@@ -100,7 +100,10 @@ class RunningJob:
     committed, from now (None: not known, e.g. the job never saved, or neither the
     trainer's word nor two saves of one attempt tell when; then it can only yield `now`);
     `exit_save_s` how long a whole save to leave is expected to take (its saves' measured
-    total; None: not known).
+    total; None: not known). `commit_wait_s` how long its next checkpoint holds its GPUs
+    past the loop's blocking part, until the commit: a victim leaving at that checkpoint
+    waits for it without training (None: not known, counted as nothing). Before a job's
+    first save, all three come from its tenant's recent saves (`live.py`).
     """
 
     job: str
@@ -116,6 +119,7 @@ class RunningJob:
     admitted_at: float
     next_checkpoint_in_s: float | None = None
     exit_save_s: float | None = None
+    commit_wait_s: float | None = None
 
     @property
     def unsaved_s(self) -> float:

@@ -12,10 +12,18 @@ train loop: an exit save has nothing to overlap with) over the tenant's non-fina
 (the final one belongs to shutdown, not to a preemption). A p90, not the mean: the grace
 must hold the slow saves too, and not the single worst one, which a bad hour of storage
 can make. Pure: the store is read by the CLI, which hands the seconds in.
+
+The same saves stand in for a job that has not saved yet (`save_prior`, issue 22): the
+preemption decision needs how long a job's save takes (when its announced next
+checkpoint commits, what its exit save costs, how long a victim leaving at a checkpoint
+holds its GPUs for the commit), and before the job's own first save its tenant's recent
+saves are the best guess: the same code, storage and sizes, mostly.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -25,6 +33,50 @@ from airflow_ett.scheduling.model import MAX_WAIT_PRICE, TenantPolicy
 
 #: The percentile of a tenant's save times that its grace should cover.
 SAVE_PCT: Final = 90.0
+#: How far back a tenant's saves stand in for a job that has not saved yet (seconds): a
+#: day, so that the guess follows a tenant's jobs and storage as they change.
+PRIOR_WINDOW_S: Final = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class SaveTime:
+    """One committed non-final save as the prior needs it: `total_s` from its start to its
+    commit (or the end of its background part, if later), `commit_wait_s` the part past the
+    loop's blocking (what a victim leaving on that save holds its GPUs for, not training)."""
+
+    total_s: float
+    commit_wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SavePrior:
+    """What a tenant's recent saves say of a save by one of its jobs that has not saved
+    yet, as `live.py` says it of a job from its own saves: `typical_s` the median whole
+    save (to date an announced save's commit), `exit_s` the p90 (an exit save: the
+    tenant check's figure, where the job's own is the longest of its latest), and
+    `commit_wait_s` the median wait past the loop's blocking part."""
+
+    typical_s: float
+    exit_s: float
+    commit_wait_s: float
+    saves: int
+
+
+def save_prior(saves: Sequence[SaveTime]) -> SavePrior | None:
+    """The prior from a tenant's recent non-final saves (None: no save to go by). Negative
+    or non-finite figures (a clock step) count as 0: the guess errs short, never absurd."""
+    if not saves:
+        return None
+    totals = [_seconds(s.total_s) for s in saves]
+    waits = [min(_seconds(s.commit_wait_s), t) for s, t in zip(saves, totals, strict=True)]
+    exit_s = percentile(totals, SAVE_PCT)
+    assert exit_s is not None  # totals is not empty
+    return SavePrior(typical_s=statistics.median(totals), exit_s=exit_s,
+                     commit_wait_s=statistics.median(waits), saves=len(saves))
+
+
+def _seconds(value: float) -> float:
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

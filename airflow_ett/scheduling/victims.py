@@ -37,8 +37,9 @@ fleet simulation compares ours with) knows nothing of stages, so it applies rule
 The orders differ otherwise only in which eligible victims they prefer:
 
 - `stage_aware`: the least expected loss in GPU-seconds (`yield_plan`: the restart it will
-  pay, plus what leaving costs: nothing more when it yields at its next checkpoint, its
-  exit save when that fits its grace, else its unsaved work), plus the price of the
+  pay, plus what leaving costs: its wait for the commit when it yields at its next
+  checkpoint, its exit save when that fits its grace, else its unsaved work), plus the
+  price of the
   waiting job's wait until the victim leaves (below); then the sooner it can leave, the
   least unsaved work, the lowest priority, the most recently admitted, the job id;
 - `classic`: tenants that borrow (held > quota when W is considered) first, then the
@@ -50,18 +51,21 @@ checkpoint commits and leave then (`at_checkpoint`): it loses no work and saves 
 more, but the waiting job waits for it. That wait is a decision with a price, one knob
 (`FleetState.wait_price`, the tenants file's `checkpoint_wait_price`): the victim waits for
 its checkpoint when the work this saves (what yielding now would lose: its exit save, or
-its unsaved work, in GPU-seconds) is at least
+its unsaved work, less what waiting loses: the victim holds its GPUs without training
+from the end of that save's blocking part to its commit, `commit_wait_s`; in GPU-seconds)
+is at least
 
-    wait_price x weight(W's priority) x W's GPUs x (checkpoint's commit - leaving now)
+    wait_price x weight(W's priority) x W's GPUs x max(0, checkpoint's commit - leaving now)
 
 that is, the waiting job's idle GPU-seconds, weighted by its priority's place among the
 tenants' (1 for the highest priority, falling linearly to 0 at the lowest: the higher the
 priority, the dearer its wait). "Leaving now" counts as the victim's grace at least: the
 tenants file already lets any victim take its grace to leave (the classic order's victims
-hold it until the kill), so a checkpoint within it is always waited for. Any other
-victim, and every victim of the classic order (which knows no checkpoints, as Kueue),
-yields `now`: it stops, saves within its tenant's grace, and leaves; a stage-aware victim
-whose exit save is known not to fit its grace leaves without saving (`skip_save`). The
+hold it until the kill), so a checkpoint within it is waited for unless it would lose
+more than leaving now. Any other victim, and every victim of the classic order (which
+knows no checkpoints, as Kueue), yields `now`: it stops, saves within its tenant's grace,
+and leaves; a stage-aware victim whose exit save is known not to fit its grace leaves
+without saving (`skip_save`). The
 same price ranks the victim sets: a set costs its victims' expected losses plus
 `wait_price x weight x W's GPUs x` the latest of their yields. Why a price and not a
 bound on the wait: a bound makes every waiting job wait up to it whatever it saves (a
@@ -190,10 +194,13 @@ def yield_plan(state: FleetState, running: RunningJob, waiting: WaitingJob, *,
     """How `running` would yield if taken for `waiting` now (see the module docstring),
     and its cost.
 
-    `at_checkpoint` (stage-aware, its next checkpoint known): when the work it saves over
-    yielding now (its exit save, or its unsaved work) is worth the waiting job's longer
-    wait at the fleet's price (`wait_rate`); the wait within the victim's grace is free
-    (the tenants file lets any victim take that long to leave). `now`: an exit save known
+    `at_checkpoint` (stage-aware, its next checkpoint known): it costs its restart and its
+    wait for that checkpoint's commit past the loop's blocking part (`commit_wait_s`: it
+    holds its GPUs without training); taken when what it saves over yielding now (that
+    plan's exit save or unsaved work, less the commit wait) is worth the waiting job's
+    longer wait at the fleet's price (`wait_rate`); the wait within the victim's grace is
+    free (the tenants file lets any victim take that long to leave), but a checkpoint
+    that would lose more than leaving now is not waited for. `now`: an exit save known
     to fit the tenant's grace costs that save; one known not to fit would be cut by the
     kill at the end of the grace, so the victim skips it and leaves at once (`skip_save`),
     losing its unsaved work (the classic order knows no saves: its victim tries, holds the
@@ -203,11 +210,12 @@ def yield_plan(state: FleetState, running: RunningJob, waiting: WaitingJob, *,
     upcoming = running.next_checkpoint_in_s
     if order != "stage_aware" or upcoming is None or upcoming > MAX_CHECKPOINT_WAIT_S:
         return now
-    at = YieldPlan("at_checkpoint", upcoming, running.restart_s, 0.0, 0.0, running.gpus)
+    at = YieldPlan("at_checkpoint", upcoming, running.restart_s, running.commit_wait_s or 0.0,
+                   0.0, running.gpus)
     grace = state.tenants[running.tenant].grace_s
-    longer = upcoming - max(now.yield_in_s, grace)
-    saved = (now.exit_s + now.unsaved_s) * running.gpus  # what leaving now loses
-    if longer <= 0 or saved >= wait_rate(state, waiting) * longer:
+    longer = max(0.0, upcoming - max(now.yield_in_s, grace))
+    saved = now.lost_gpu_s - at.lost_gpu_s  # what waiting saves (the restarts are equal)
+    if saved >= wait_rate(state, waiting) * longer:
         return at
     return now
 
@@ -450,8 +458,10 @@ def _preemption_reason(victim: RunningJob, over: int, waiting: WaitingJob,
 
 def _how_it_yields(plan: YieldPlan, victim: RunningJob) -> str:
     if plan.mode == "at_checkpoint":
+        commit = (f"; the last {format_seconds(plan.exit_s)} of it waiting for that save to "
+                  "commit" if plan.exit_s > 0 else "")
         return (f"yields at its next checkpoint, in {format_seconds(plan.yield_in_s)} "
-                "(nothing unsaved)")
+                f"(nothing unsaved{commit})")
     if victim.exit_save_s is None:
         return "yields now (checkpoint within its grace)"
     if plan.unsaved_s == 0:
@@ -538,7 +548,7 @@ def _check_running(running: RunningJob) -> None:
     if math.isnan(running.admitted_at):
         raise ValueError(f"running job {running.job!r}, field 'admitted_at': nan is not a time")
     for name in ("run_s", "since_checkpoint_s", "restart_s", "preemptions_today",
-                 "next_checkpoint_in_s", "exit_save_s"):
+                 "next_checkpoint_in_s", "exit_save_s", "commit_wait_s"):
         value = getattr(running, name)
         if value is not None and not value >= 0:
             raise ValueError(f"running job {running.job!r}, field {name!r}: {value!r} is "

@@ -449,7 +449,15 @@ class EttStore:
                               since: float) -> dict[str, list[float]]:
         """The `total_s` of the non-final checkpoint saves committed at or after `since` by
         the jobs of each of `tenants` (`airflow-ett tenants check` compares them with the
-        tenants' grace).
+        tenants' grace); see `checkpoint_saves`."""
+        return {tenant: [e.total_s for e in saves]
+                for tenant, saves in self.checkpoint_saves(tenants, since=since).items()}
+
+    def checkpoint_saves(self, tenants: Collection[str], *,
+                         since: float) -> dict[str, list[CheckpointSaved]]:
+        """The non-final checkpoint saves committed at or after `since` by the jobs of each
+        of `tenants` (the preemption controller's guess of a save's length for a job that
+        has not saved yet: `scheduling/save_times.save_prior`).
 
         Read through the jobs table: jobs of these tenants still running or ended since
         `since`, then their `checkpoint_saved` events, so a store of many months is not
@@ -460,14 +468,14 @@ class EttStore:
                  .where(jobs.c.tenant.in_(list(tenants)),
                         sa.or_(jobs.c.ended_ts.is_(None), jobs.c.ended_ts >= since),
                         events.c.type == "checkpoint_saved", events.c.ts >= since))
-        out: dict[str, list[float]] = {}
+        out: dict[str, list[CheckpointSaved]] = {}
         for tenant, payload in self._read(lambda conn: conn.execute(query).all()):
             try:
                 event = decode_stored(payload)
             except EventError:
                 continue
             if isinstance(event, CheckpointSaved) and not event.final:
-                out.setdefault(tenant, []).append(event.total_s)
+                out.setdefault(tenant, []).append(event)
         return out
 
     # -- summaries -----------------------------------------------------------------

@@ -80,6 +80,7 @@ def running_jobs(draw: st.DrawFn, job: str, tenants: list[str]) -> RunningJob:
         admitted_at=NOW - run_s,
         next_checkpoint_in_s=draw(st.one_of(st.none(), durations)),
         exit_save_s=draw(st.one_of(st.none(), st.sampled_from([5.0, 60.0, 200.0]))),
+        commit_wait_s=draw(st.one_of(st.none(), st.sampled_from([0.0, 4.0, 40.0, 150.0]))),
     )
 
 

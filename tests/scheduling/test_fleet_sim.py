@@ -201,6 +201,7 @@ def test_a_victim_that_saved_once_yields_at_its_next_checkpoint_once_it_commits(
     [first] = [r for r in result.rounds if r.at == 1500.0]
     [victim] = first.state.running
     assert victim.next_checkpoint_in_s == pytest.approx(610.0 + 200.0)
+    assert victim.commit_wait_s == 190.0  # what the decision counts is what it loses
     [p] = result.preemptions
     assert (p.at, p.exit, p.unsaved_gpu_s, p.save_gpu_s) == (1500.0, "at_checkpoint", 0.0,
                                                              190.0)
@@ -208,6 +209,34 @@ def test_a_victim_that_saved_once_yields_at_its_next_checkpoint_once_it_commits(
     assert result.lost_to_preemption == LostGpuSeconds(restart=60.0, save=190.0)
     low = outcome(result, "low")
     assert (low.new_s, low.replay_s) == (3000.0, 0.0)
+
+
+def test_a_victim_that_never_saved_waits_for_its_checkpoint_on_its_tenants_saves() -> None:
+    """Job a (tenant lo) runs first, saves once (blocking 10 s of a 200-s save) and ends at
+    510; b, of the same tenant, has never saved when the high job arrives at 1200 (590 s
+    into its training). The controller knows b's next save begins at 1610 (its word) and
+    takes lo's saves for how long it takes: 200 s to the commit, 190 of it past the block,
+    and its exit save (200 s) does not fit the grace. So b waits for its checkpoint; it
+    commits after b's own save (100 s), at 1710, not when a's said."""
+    a = job("a", "lo", 0.0, 400.0, 100.0, checkpoint_interval_s=300.0, exit_save_s=200.0)
+    b = job("b", "lo", 1.0, 2000.0, 100.0, exit_save_s=100.0)
+    result = run([a, b, high(1200.0)], "stage_aware")
+    [first] = [r for r in result.rounds if r.at == 1200.0]
+    [victim] = first.state.running
+    assert (victim.job, victim.since_checkpoint_s) == ("b", None)
+    assert (victim.next_checkpoint_in_s, victim.exit_save_s, victim.commit_wait_s) == (
+        pytest.approx(410.0 + 200.0), 200.0, 190.0)
+    [p] = result.preemptions
+    assert (p.victim, p.exit, p.unsaved_gpu_s, p.save_gpu_s) == ("b", "at_checkpoint", 0.0,
+                                                                 90.0)
+    assert outcome(result, "high").first_start == 1710.0
+    # a tenant that has not saved yet says nothing: b yields now, its save unknown
+    alone = run([dataclasses.replace(b, arrival=510.0), high(1200.0)], "stage_aware")
+    [first] = [r for r in alone.rounds if r.at == 1200.0]
+    [victim] = first.state.running
+    assert (victim.next_checkpoint_in_s, victim.exit_save_s, victim.commit_wait_s) == (
+        None, None, None)
+    assert [p.exit for p in alone.preemptions] == ["checkpointed"]
 
 
 def test_a_failure_loses_the_work_since_the_checkpoint_and_restarts_in_place() -> None:

@@ -40,6 +40,7 @@ from airflow_ett.scheduling.live import (
     running_job,
 )
 from airflow_ett.scheduling.model import Stage
+from airflow_ett.scheduling.save_times import SavePrior
 from tests.factories import T0
 
 EXAMPLE = Path(str(resources.files("airflow_ett") / "examples" / "demo_job.jsonl"))
@@ -449,6 +450,50 @@ def test_the_trainers_word_needs_a_save_of_the_job_to_know_how_long_one_takes() 
     events = [m(JobSubmitted, 0, tenant="batch"), m(AttemptStarted, 10, attempt="1"),
               m.said("1", 10, 15, 0, 10, 100)]
     assert running(events, 20).next_checkpoint_in_s is None
+
+
+#: A tenant's recent saves: 40 s to the commit typically, 90 s at the p90, 25 s of it past
+#: the loop's blocking part.
+PRIOR = SavePrior(typical_s=40.0, exit_s=90.0, commit_wait_s=25.0, saves=12)
+
+
+def test_before_its_first_save_a_job_takes_its_tenants_saves_for_its_own() -> None:
+    m = Maker()
+    events = [m(JobSubmitted, 0, tenant="batch"), m(AttemptStarted, 10, attempt="1"),
+              m.said("1", 10, 15, 0, 10, 100)]
+    s = live_state(events, now=T0 + 20, day_start=DAY, prior=PRIOR)
+    assert s is not None
+    # the announced start plus the tenant's typical save; its p90 as the exit save
+    assert (s.next_checkpoint_in_s, s.exit_save_s, s.commit_wait_s) == (
+        pytest.approx(100 + 40 - 20), 90.0, 25.0)
+    r = running_job(s, priority=1, gpus=2, default_restart_s=0)
+    assert (r.next_checkpoint_in_s, r.exit_save_s, r.commit_wait_s) == (
+        s.next_checkpoint_in_s, 90.0, 25.0)
+    # its own first save replaces the tenant's: 8 s in all, 2 of them blocking, committed
+    # at 108 (its report at 109 is the commit: 9 s after the start, so 7 s past the block)
+    events += [m.checkpoint("1", 100, blocking=2, total=8, cursor=20, at=109),
+               m.said("1", 102, 110, 20, 30, 200)]
+    s = live_state(events, now=T0 + 120, day_start=DAY, prior=PRIOR)
+    assert s is not None
+    assert (s.next_checkpoint_in_s, s.exit_save_s, s.commit_wait_s) == (
+        pytest.approx(200 + 8 - 120), 8.0, 7.0)
+    # without the prior, as before: nothing known of its saves
+    bare = running(events[:3], 20)
+    assert (bare.next_checkpoint_in_s, bare.exit_save_s, bare.commit_wait_s) == (
+        None, None, None)
+
+
+def test_the_commit_wait_is_the_median_of_the_latest_saves_past_their_blocking() -> None:
+    m = Maker()
+    # blocking 1 s of saves of 5, 5, 9, 5, 5, 5 s (CADENCE_SAMPLE 5: the first left out);
+    # one reported 6 s after its background part ended (a commit late to come)
+    events = [*trained(m), *periodic(m, "1", [100, 130]),
+              m.checkpoint("1", 160, blocking=1, total=9, cursor=300),
+              m.checkpoint("1", 190, blocking=1, total=5, cursor=400, at=201),
+              *periodic(m, "1", [220, 250])]
+    # past the blocking: 4, 8, 10, 4, 4 over the latest five: the median is 4
+    assert running(events, 258).commit_wait_s == 4.0
+    assert running(events[:-2], 205).commit_wait_s == 6.0  # 4, 4, 8, 10
 
 
 def test_the_trainers_word_is_spent_by_the_save_it_announced() -> None:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from airflow_ett.scheduling.model import TenantPolicy
-from airflow_ett.scheduling.save_times import GraceCheck, check_grace, grace_line, seconds
+from airflow_ett.scheduling.save_times import (
+    GraceCheck,
+    SavePrior,
+    SaveTime,
+    check_grace,
+    grace_line,
+    save_prior,
+    seconds,
+)
 
 
 def policy(name: str, grace_s: float, *, preemptible: bool = True) -> TenantPolicy:
@@ -80,3 +88,26 @@ def test_the_other_lines_are_no_warnings() -> None:
                                               (0.04, "0"), (1234567.0, "1234567")])
 def test_seconds_are_shown_to_a_tenth(value: float, shown: str) -> None:
     assert seconds(value) == shown
+
+
+# -- the prior: a tenant's recent saves for a job that has not saved yet -----------------
+
+def test_the_prior_is_the_median_save_the_p90_exit_save_and_the_median_commit_wait() -> None:
+    saves = [SaveTime(total_s=t, commit_wait_s=w) for t, w in
+             [(100.0, 80.0), (10.0, 5.0), (20.0, 15.0), (30.0, 25.0), (40.0, 35.0),
+              (50.0, 45.0), (60.0, 55.0), (70.0, 65.0), (80.0, 75.0), (90.0, 85.0)]]
+    # the median of 10..100 is 55; the p90, as `tenants check` says it, 91; the median
+    # commit wait of 5..85 (and 80) is 50
+    assert save_prior(saves) == SavePrior(typical_s=55.0, exit_s=pytest.approx(91.0),
+                                          commit_wait_s=50.0, saves=10)
+    assert save_prior([]) is None
+
+
+def test_a_save_time_out_of_bounds_counts_as_nothing_never_as_more_than_the_save() -> None:
+    """A clock step can make a figure negative or absurd: the prior errs short."""
+    odd = [SaveTime(-5.0, -1.0), SaveTime(float("nan"), 3.0), SaveTime(float("inf"), 2.0),
+           SaveTime(10.0, 50.0)]  # a commit wait longer than its save: the save bounds it
+    prior = save_prior(odd)
+    assert prior is not None
+    assert (prior.typical_s, prior.exit_s, prior.commit_wait_s) == (0.0, pytest.approx(7.0),
+                                                                    0.0)

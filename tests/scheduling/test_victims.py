@@ -170,6 +170,33 @@ def test_a_checkpoint_due_before_the_exit_save_ends_is_always_waited_for() -> No
     assert p.reason.endswith("; yields now (exit save 1 min)")
 
 
+def test_a_yield_at_checkpoint_costs_the_wait_for_that_saves_commit() -> None:
+    """The victim leaving at its checkpoint holds its 8 GPUs from the end of the save's
+    blocking part to its commit (`commit_wait_s`), not training: that is what it loses
+    beside its restart. Leaving now, its exit save (200 s) does not fit its 120-s grace:
+    it would lose its 40 s x 8 unsaved."""
+    victim = running("v", next_checkpoint_in_s=300.0, exit_save_s=200.0, commit_wait_s=15.0)
+    state = replace(fleet([victim], [waiting()]), wait_price=0.1)
+    plan = yield_plan(state, victim, state.waiting[0])
+    assert (plan.mode, plan.exit_s, plan.lost_gpu_s) == ("at_checkpoint", 15.0, (60 + 15) * 8)
+    [p] = choose(state)[0].preemptions
+    assert p.reason.endswith("; yields at its next checkpoint, in 5 min (nothing unsaved; the "
+                             "last 15 s of it waiting for that save to commit)")
+    # what waiting saves is 320 - 120 = 200 GPU-s; the wait past the grace, 180 s x 8 GPUs
+    # at the price: waited for up to a price of 200 / 1440, no longer at 0.14 (without
+    # the commit wait it would be, up to 320 / 1440)
+    assert yield_plan(replace(state, wait_price=0.138), victim, state.waiting[0]).mode \
+        == "at_checkpoint"
+    assert yield_plan(replace(state, wait_price=0.14), victim, state.waiting[0]).mode == "now"
+    # a checkpoint within the grace is free to wait for, unless its commit wait loses more
+    # than leaving now: 50 s x 8 against the 40 s x 8 unsaved
+    soon = replace(victim, next_checkpoint_in_s=100.0)
+    assert yield_plan(state, soon, state.waiting[0]).mode == "at_checkpoint"
+    assert yield_plan(state, replace(soon, commit_wait_s=50.0), state.waiting[0]).mode == "now"
+    # unknown, it counts as nothing (as before the trainer reported it)
+    assert yield_plan(state, replace(soon, commit_wait_s=None), state.waiting[0]).exit_s == 0
+
+
 @pytest.mark.parametrize(("exit_save_s", "expected"), [
     (None, ("now", 120.0, 0.0, 40.0)),  # unknown: taken to fit, the unsaved work at risk
     (100.0, ("now", 100.0, 100.0, 0.0)),  # fits the grace of 120 s: costs the save
@@ -211,7 +238,7 @@ def test_a_bad_wait_price_or_estimate_is_refused_naming_it() -> None:
     for bad in (-1.0, float("nan"), float("inf"), 2e6):
         with pytest.raises(ValueError, match=r"wait_price: .* is not a number in \[0, 1e\+06\]"):
             choose(replace(state, wait_price=bad))
-    for name in ("next_checkpoint_in_s", "exit_save_s"):
+    for name in ("next_checkpoint_in_s", "exit_save_s", "commit_wait_s"):
         bad_state = replace(state, running=(running("v", **{name: float("nan")}),))
         with pytest.raises(ValueError, match=rf"running job 'v', field '{name}': nan"):
             choose(bad_state)
@@ -679,9 +706,10 @@ def check_yields(state: FleetState, decisions: list[Decision], order: VictimOrde
                 now_in, at_risk = r.exit_save_s, r.exit_save_s * r.gpus
             waits_for_it = False
             if order == "stage_aware" and r.next_checkpoint_in_s is not None:
-                longer = r.next_checkpoint_in_s - max(now_in, grace)
+                longer = max(0.0, r.next_checkpoint_in_s - max(now_in, grace))
                 rate = state.wait_price * max(0.0, min(1.0, weight)) * w.gpus
-                waits_for_it = longer <= 0 or at_risk >= rate * longer
+                commit = (r.commit_wait_s or 0.0) * r.gpus  # held for the commit
+                waits_for_it = at_risk - commit >= rate * longer
             assert (p.mode == "at_checkpoint") == waits_for_it, (p, r, w)
             if p.mode == "at_checkpoint":
                 assert (p.yield_in_s, p.unsaved_gpu_s, p.skip_save) == (
