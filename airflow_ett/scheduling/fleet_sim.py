@@ -36,12 +36,14 @@ priority); the running jobs as the controller reads them (`live.py`): their stag
 time since this attempt started, the training since this attempt's last checkpoint (None
 before its first), whether a checkpoint save blocks them, their preemptions today (days
 are UTC days of the arrival clock), `restart_s` (a restart's startup), `exit_save_s`
-(known once the job has saved once, as the controller measures it) and
+and `commit_wait_s` (how long its save holds it past the blocking part), the job's own
+once it has saved, in any attempt, as the controller measures them, and before that its
+tenant's (`save_times.save_prior` over the saves of the tenant's jobs committed in the
+last `PRIOR_WINDOW_S`: what the store would hold, not the job's own figures), and
 `next_checkpoint_in_s` (when its next checkpoint commits, or it finishes, whichever comes
 first: the trainer reports when its next save begins on every progress span from the
-loop's start, and the controller adds the job's typical save, so it is known while the
-job trains once it has saved once, in any attempt; infra failures to come are not
-foreseen); and the jobs
+loop's start, and the controller adds the typical save, the job's or its tenant's, as
+above; infra failures to come are not foreseen); and the jobs
 admitted for victims, as running jobs in startup (they own their GPUs already). Victims
 on their way out are left out: their GPUs are the admitted jobs'. Only the waiting jobs
 of a priority above the lowest running one are given: the others cannot preempt anybody

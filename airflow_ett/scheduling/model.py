@@ -97,8 +97,9 @@ class RunningJob:
     initialization, compilation: less with a warm compile cache); `admitted_at` when
     this attempt got its GPUs (the classic order takes the most recent first).
     `next_checkpoint_in_s` is when its next periodic checkpoint is expected to be
-    committed, from now (None: not known, e.g. the job never saved, or neither the
-    trainer's word nor two saves of one attempt tell when; then it can only yield `now`);
+    committed, from now (None: not known, e.g. neither the job nor its tenant saved
+    lately, or neither the trainer's word nor two saves of one attempt tell when; then it
+    can only yield `now`);
     `exit_save_s` how long a whole save to leave is expected to take (its saves' measured
     total; None: not known). `commit_wait_s` how long its next checkpoint holds its GPUs
     past the loop's blocking part, until the commit: a victim leaving at that checkpoint
