@@ -113,8 +113,10 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
             folder = reports / day.isoformat()
             assert {p.name for p in folder.iterdir()} >= {"report.txt", "report.json",
                                                          "report.csv", "index.html"}
+        # GPU-weighted (decision 0010): day 2 is 100 x 7,500 / 8,500 GPU-s = 88.2, day 1
+        # (A's hour, 2 GPUs) 100 x 6,000 / 7,200 = 83.3, so +4.9
         assert (reports / day2.isoformat() / "report.txt").read_text().startswith(
-            "fleet ETT% 81.8 (-1.5)   jobs 2")
+            "fleet ETT% 88.2 (+4.9)   jobs 2")
 
         # Late events for day 2 arrive; rerunning that day corrects it, nothing doubles.
         with EttStore(url) as store:
