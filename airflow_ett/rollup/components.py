@@ -12,17 +12,20 @@ store backends keep the same team names and every report shows them as they are.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from airflow_ett._untrusted import UntrustedFileError, load_toml
 from airflow_ett.ett.phases import COMPONENTS
 
 UNOWNED: Final = "unowned"
 SloStatus = Literal["ok", "breach", "none"]
 _FIELDS: Final = frozenset({"owner", "max_share_pct", "min_share_pct"})
+#: Six components of a few lines each: a components file is under a KB; a rollup reads at
+#: most this much of whatever stands at the configured path.
+MAX_FILE_BYTES: Final = 1 << 20
 
 
 class ComponentsError(ValueError):
@@ -80,13 +83,9 @@ def load_components(path: str | Path | None = None) -> ComponentsConfig:
     """The components file at `path` (the bundled default when None or empty)."""
     file = Path(path).expanduser() if path else default_components_file()
     try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ComponentsError(f"components file {file}: not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ComponentsError(f"components file {file}: cannot be read: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ComponentsError(f"components file {file}: not valid TOML: {exc}") from exc
+        raw = load_toml(file, what="components file", max_bytes=MAX_FILE_BYTES)
+    except UntrustedFileError as exc:  # a FIFO, a device, too large, not UTF-8 or too deep
+        raise ComponentsError(str(exc)) from None
     return parse_components(raw, source=str(file))
 
 

@@ -25,12 +25,17 @@ import os
 import re
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from airflow_ett._untrusted import (
+    UntrustedFileError,
+    decode_text,
+    parse_toml,
+    read_bytes,
+)
 from airflow_ett.scheduling import limits
 from airflow_ett.scheduling.limits import Range
 from airflow_ett.scheduling.model import DEFAULT_WAIT_PRICE, TenantPolicy, pool_name
@@ -56,6 +61,11 @@ _REPLACED: Final = {
                          "of a bound (docs/decisions/0015-preemption.md): remove it, or set "
                          f"checkpoint_wait_price (default {DEFAULT_WAIT_PRICE:g})",
 }
+#: A tenants file is a few KB even for hundreds of tenants; anything past this is not one
+#: (and a scheduler process must not hold it).
+MAX_FILE_BYTES: Final = 1 << 20
+_WHAT: Final = "tenants file"
+
 DEFAULT_AGING_PER_HOUR: Final = 1.0
 DEFAULT_QUEUE: Final = "gpu"
 DEFAULT_CPU_QUEUE: Final = "cpu"
@@ -134,23 +144,21 @@ def load_tenants(path: str | Path) -> TenantsConfig:
 
 
 def read_file(file: Path) -> bytes:
-    """The file's bytes; `TenantsError` when it is missing or cannot be read."""
+    """The file's bytes, read bounded (`_untrusted`: a regular file of at most
+    `MAX_FILE_BYTES`); `TenantsError` when it is missing, not a regular file (a FIFO or
+    `/dev/zero` would hang or exhaust the scheduler), too large or cannot be read."""
     try:
-        return file.read_bytes()
-    except FileNotFoundError as exc:
-        raise TenantsError(f"tenants file {file}: not found") from exc
-    except OSError as exc:
-        raise TenantsError(f"tenants file {file}: cannot be read: {exc}") from exc
+        return read_bytes(file, what=_WHAT, max_bytes=MAX_FILE_BYTES)
+    except UntrustedFileError as exc:
+        raise TenantsError(str(exc)) from None
 
 
 def parse_tenants(data: bytes, *, source: str) -> TenantsConfig:
     """A tenants file's bytes (`source` names it in errors and in the config)."""
     try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise TenantsError(f"tenants file {source}: not UTF-8 text: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise TenantsError(f"tenants file {source}: not valid TOML: {exc}") from exc
+        raw = parse_toml(decode_text(data, what=_WHAT, path=source), what=_WHAT, path=source)
+    except UntrustedFileError as exc:
+        raise TenantsError(str(exc)) from None
     where = f"tenants file {source}"
     for key in raw:
         if key not in _TOP_LEVEL:
@@ -420,6 +428,10 @@ class TenantsCache:
         except TenantsError as exc:
             return _Entry(signature, settled, digest,
                           self._failed(path, str(exc), before.state if before else None))
+        except Exception as exc:  # a parser bug must not drop the last good version
+            message = f"{_WHAT} {path}: cannot be used: {type(exc).__name__}: {exc}"
+            return _Entry(signature, settled, digest,
+                          self._failed(path, message, before.state if before else None))
         if before is not None and before.state.error is not None:
             _log.warning("tenants file %s: valid again (sha256 %s), now in force", path,
                          digest[:12])

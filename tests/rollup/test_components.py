@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from airflow_ett.rollup.components import (
     load_components,
     parse_components,
 )
+from tests.hostile import HOSTILE_TOML, in_thread
 
 
 def test_the_bundled_file_owns_every_component() -> None:
@@ -95,6 +97,17 @@ def test_unreadable_files_are_refused_naming_the_file(tmp_path: Path) -> None:
     bad.write_text("[components.shutdown\n")
     with pytest.raises(ComponentsError, match=r"bad\.toml: not valid TOML"):
         load_components(bad)
+
+
+@pytest.mark.parametrize(("kind", "make"), HOSTILE_TOML)
+def test_a_hostile_file_is_one_line_at_once(tmp_path: Path, kind: str, make: Any) -> None:
+    """A FIFO or /dev/zero (which hung the rollup), 200 MB, not UTF-8, 5,000 levels deep
+    (RecursionError): one line naming the file, at once."""
+    f = tmp_path / "c.toml"
+    says = make(f)
+    with pytest.raises(ComponentsError) as err:
+        in_thread(lambda: load_components(f))
+    assert str(err.value).startswith(f"components file {f}: {says}"), err.value
 
 
 @pytest.mark.parametrize("owner", ["pub\x00lishing", "pub\x1b[2J", "pub\u202egnihsil",

@@ -33,6 +33,7 @@ from airflow_ett.scheduling.tenants import (
     load_tenants,
     tenants_file_from_settings,
 )
+from tests.hostile import HOSTILE_TOML, in_thread
 
 EXAMPLE = Path(str(resources.files("airflow_ett.scheduling") / "tenants.example.toml"))
 GOOD = "[tenants.ads]\npriority = 10\nquota_gpus = 4\n"
@@ -311,8 +312,36 @@ def test_a_file_that_is_not_toml_missing_or_unreadable(tmp_path: Path) -> None:
         load_tenants(tmp_path / "latin1.toml")
     with pytest.raises(TenantsError, match=r"^tenants file .*/nope\.toml: not found$"):
         load_tenants(tmp_path / "nope.toml")
-    with pytest.raises(TenantsError, match=r"^tenants file .*: cannot be read: .*directory"):
+    with pytest.raises(TenantsError, match=r"^tenants file .*: not a regular file \(a dir"):
         load_tenants(tmp_path)
+
+
+@pytest.mark.parametrize(("kind", "make"), HOSTILE_TOML)
+def test_a_hostile_file_is_one_line_at_once(tmp_path: Path, kind: str, make: Any) -> None:
+    """A FIFO, /dev/zero behind a symlink, 200 MB, not UTF-8, 5,000 levels deep: each
+    refused at once with one line (before, a FIFO or /dev/zero hung the reader and the
+    nesting raised RecursionError)."""
+    f = tmp_path / "t.toml"
+    says = make(f)
+    with pytest.raises(TenantsError) as err:
+        in_thread(lambda: load_tenants(f))
+    assert str(err.value).startswith(f"tenants file {f}: {says}"), err.value
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("kind", "make"), HOSTILE_TOML)
+def test_a_hostile_replacement_keeps_the_last_good_version(tmp_path: Path, kind: str,
+                                                           make: Any) -> None:
+    """The cache the cluster policies and the controller read never raises and never drops
+    the version in force, whatever replaces the file."""
+    cache = TenantsCache(clock=Clock())
+    f = write(tmp_path / "t.toml", GOOD)
+    good = cache.current(f)
+    f.unlink()
+    says = make(f)
+    state = in_thread(lambda: cache.current(f))
+    assert state.config is good.config and state.stale
+    assert state.error is not None and state.error.startswith(f"tenants file {f}: {says}")
 
 
 def test_defaults_fill_in_what_a_tenant_leaves_out(tmp_path: Path) -> None:
