@@ -13,23 +13,23 @@ amount of time and memory, and anything wrong with it is one `UntrustedFileError
   and read.
 - At most `max_bytes` are read (one byte more tells that the file is larger).
 - Text is UTF-8 (a leading byte-order mark is dropped); the error names the byte offset.
+- A missing file is `MissingFileError`, a subclass, for readers to whom none is an answer.
 - Parsed JSON and TOML nested deeper than `max_depth` are refused, including the nesting
   that would make the parser itself run out of stack (its `RecursionError` is this error).
 
-Stdlib and msgspec only: the trainer, the scheduling rules and the rollup all import it.
+Stdlib only: the trainer, the scheduling rules and the rollup all import it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
-
-import msgspec
 
 #: Nesting allowed in a parsed configuration or request: ours are at most four deep.
 DEFAULT_MAX_DEPTH: Final = 32
@@ -53,6 +53,10 @@ class UntrustedFileError(ValueError):
         super().__init__(f"{what} {self.path}: {reason}")
 
 
+class MissingFileError(UntrustedFileError):
+    """Nothing at the path: for readers to whom "none" is an ordinary answer."""
+
+
 def _kind(mode: int) -> str:
     for test, name in _KINDS:
         if test(mode):
@@ -64,7 +68,7 @@ def _opened(path: Path, what: str) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise UntrustedFileError(what, path, "not found") from None
+        raise MissingFileError(what, path, "not found") from None
     except OSError as exc:
         with contextlib.suppress(OSError):  # a socket cannot be opened at all: say what it is
             mode = os.stat(path).st_mode
@@ -168,12 +172,14 @@ def _too_deep(what: str, path: str | os.PathLike[str], max_depth: int) -> Untrus
 
 def parse_json(data: bytes | str, *, what: str, path: str | os.PathLike[str],
                max_depth: int = DEFAULT_MAX_DEPTH) -> object:
-    """JSON text as Python values (dicts, lists, str, int, float, bool, None)."""
+    """JSON text as Python values (dicts, lists, str, int, float, bool, None), read as the
+    standard library reads it (`NaN` and `Infinity` included: the reader's range checks
+    name such a value, which is clearer than a syntax error)."""
     try:
-        value = msgspec.json.decode(data)
+        value = json.loads(data)
     except RecursionError:
         raise _too_deep(what, path, max_depth) from None
-    except msgspec.DecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, and bytes that are not UTF-8
         raise UntrustedFileError(what, path, f"not valid JSON: {exc}") from None
     check_depth(value, what=what, path=path, max_depth=max_depth)
     return value

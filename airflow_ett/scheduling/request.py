@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from airflow_ett._fs import atomic_write
+from airflow_ett._untrusted import MissingFileError, UntrustedFileError, parse_json, read_text
 from airflow_ett.scheduling import limits
 from airflow_ett.scheduling.limits import Range
 from airflow_ett.scheduling.model import YIELD_MODES, YieldMode
@@ -73,10 +74,24 @@ VERSIONS: Final = (1, 2)
 #: expectation is a typical gap between saves, and a step or a save may run long.
 LEAVE_BY_MARGIN_S: Final = 60.0
 _MAX_TEXT: Final = 2000
+#: A request is a few hundred bytes (three texts of at most `_MAX_TEXT` characters and a
+#: few numbers): a file past this is not one, and is not read further. The train task
+#: looks every second and the trainer at every save: neither may hold a planted 200 MB.
+MAX_REQUEST_BYTES: Final = 64 << 10
+#: How much of a value an error message quotes (the log line stays one short line).
+_SHOWN: Final = 60
+#: A request is a flat object: anything nested is refused long before the parser's stack.
+_MAX_DEPTH: Final = 4
 
 
 class RequestError(ValueError):
     """A request file that cannot be used; the message names the field and value."""
+
+
+def _shown(value: object) -> str:
+    """`repr(value)`, cut to `_SHOWN` characters: an error quotes a value, never a file."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +138,7 @@ def leave_by_for(mode: YieldMode, requested_at: float, yield_in_s: float) -> flo
 
 def _text(field: str, value: Any) -> str:
     if not isinstance(value, str) or not value or len(value) > _MAX_TEXT:
-        raise RequestError(f"{field}: {value!r} is not a non-empty text of at most "
+        raise RequestError(f"{field}: {_shown(value)} is not a non-empty text of at most "
                            f"{_MAX_TEXT} characters")
     return value
 
@@ -142,27 +157,28 @@ def _number(field: str, value: Any, rng: Range) -> float:
     """`value` as a float when `rng` holds it; `RequestError` naming field and value."""
     why = rng.why(value)
     if why is not None:
-        raise RequestError(f"{field}: {value!r} is not {why}")
+        raise RequestError(f"{field}: {_shown(value)} is not {why}")
     return float(value)
 
 
 def parse_request(text: str) -> PreemptRequest:
     try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        raise RequestError(f"not JSON: {exc}") from None
+        raw = parse_json(text, what="request", path="text", max_depth=_MAX_DEPTH)
+    except UntrustedFileError as exc:  # not JSON, or nested past any request's depth
+        raise RequestError(exc.reason) from None
     if not isinstance(raw, dict):
         raise RequestError(f"not a JSON object: {type(raw).__name__}")
     version = raw.get("version")
     if isinstance(version, bool) or version not in VERSIONS:
-        raise RequestError(f"version: {version!r} is not one of {list(VERSIONS)}")
+        raise RequestError(f"version: {_shown(version)} is not one of {list(VERSIONS)}")
     known = {"victim", "for_job", "reason", "requested_at", "grace_s", "resume_after_s",
              "version"}
     if version >= 2:
         known |= {"mode", "leave_by", "skip_save"}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise RequestError(f"unknown field(s) {unknown} in a version {version} request")
+        raise RequestError(f"unknown field(s) {_shown(unknown)} in a version {version} "
+                           "request")
     requested_at = _number("requested_at", raw.get("requested_at"), limits.REQUEST_TIME)
     mode = _mode(raw.get("mode", "now"))
     leave_by = requested_at
@@ -192,16 +208,16 @@ def parse_request(text: str) -> PreemptRequest:
 def _skip_save(value: Any, mode: YieldMode) -> bool:
     """Leaving without a save is a `now` request's: an `at_checkpoint` one saves anyway."""
     if not isinstance(value, bool):
-        raise RequestError(f"skip_save: {value!r} is not true or false")
+        raise RequestError(f"skip_save: {_shown(value)} is not true or false")
     if value and mode != "now":
-        raise RequestError(f"skip_save: {value!r} in a {mode!r} request (only a 'now' "
+        raise RequestError(f"skip_save: {_shown(value)} in a {mode!r} request (only a 'now' "
                            "request may leave without saving)")
     return value
 
 
 def _mode(value: Any) -> YieldMode:
     if value not in YIELD_MODES:
-        raise RequestError(f"mode: {value!r} is not one of {list(YIELD_MODES)}")
+        raise RequestError(f"mode: {_shown(value)} is not one of {list(YIELD_MODES)}")
     return cast("YieldMode", value)
 
 
@@ -222,14 +238,22 @@ def read_request(job_dir: Path) -> PreemptRequest | None:
 
 
 def _read(path: Path, what: str) -> PreemptRequest | None:
+    text = _read_text(path, what)
+    return None if text is None else _parsed(path, text, what)
+
+
+def _read_text(path: Path, what: str) -> str | None:
+    """The file's text, read bounded (a regular file of at most `MAX_REQUEST_BYTES`, UTF-8);
+    None when there is none, or when it cannot be used (logged once: `_warn`). Never
+    raises for what is in the file: a reader is a trainer at its periodic save or a task
+    polling every second, and a planted file must not fail either."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        return read_text(path, what=what, max_bytes=MAX_REQUEST_BYTES)
+    except MissingFileError:
         return None
-    except OSError as exc:
-        log.warning("%s %s cannot be read: %s", what, path, exc)
+    except UntrustedFileError as exc:
+        _warn(path, f"{exc}: ignored")
         return None
-    return _parsed(path, text)
 
 
 def archive_request(job_dir: Path, *, now: float | None = None) -> Path | None:
@@ -274,11 +298,10 @@ def claim_request(job_dir: Path, *, since: float) -> PreemptRequest | None:
     act on, an older one, or withdrawn meanwhile). A request replaced between the read and
     the rename is put back untaken: the next save looks again."""
     path = request_path(job_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_text(path, "preemption request")
+    if text is None:
         return None
-    request = _parsed(path, text)
+    request = _parsed(path, text, "preemption request")
     if request is None or request.mode != "at_checkpoint" or request.requested_at < since:
         return None
     claimed = claimed_path(job_dir)
@@ -287,7 +310,7 @@ def claim_request(job_dir: Path, *, since: float) -> PreemptRequest | None:
     except FileNotFoundError:
         log.info("preemption request %s withdrawn as it was claimed: none to leave on", path)
         return None
-    if claimed.read_text(encoding="utf-8") != text:
+    if _read_text(claimed, "claimed preemption request") != text:
         if not path.exists():
             claimed.rename(path)
         return None
@@ -321,9 +344,25 @@ def archive_claimed(job_dir: Path, *, now: float | None = None) -> Path | None:
     return _set_aside(job_dir, "done", now, source=claimed_path(job_dir))
 
 
-def _parsed(path: Path, text: str) -> PreemptRequest | None:
+def _parsed(path: Path, text: str, what: str) -> PreemptRequest | None:
     try:
         return parse_request(text)
     except RequestError as exc:
-        log.warning("preemption request %s ignored: %s", path, exc)
+        _warn(path, f"{what} {path} ignored: {exc}")
         return None
+
+
+#: The last warning logged per file: a broken request is seen every second by the task's
+#: watch and at every save by the trainer, and is logged once until what is wrong changes.
+_warned: dict[str, str] = {}
+_WARNED_MAX: Final = 4096
+
+
+def _warn(path: Path, message: str) -> None:
+    key = str(path)
+    if _warned.get(key) == message:
+        return
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned[key] = message
+    log.warning("%s", message)

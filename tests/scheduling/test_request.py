@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from airflow_ett.scheduling import request as request_module
 from airflow_ett.scheduling.request import (
     CLAIMED_FILE,
     LEAVE_BY_MARGIN_S,
@@ -27,6 +29,7 @@ from airflow_ett.scheduling.request import (
     withdraw_request,
     write_request,
 )
+from tests.hostile import HOSTILE_JSON, in_thread
 
 GOOD = PreemptRequest(victim="batch__r1", for_job="ads__r9", reason="preempted batch__r1: ...",
                       requested_at=1_800_000_000.0, grace_s=60.0, resume_after_s=5.0)
@@ -168,11 +171,41 @@ def test_a_broken_file_is_ignored_not_fatal(tmp_path: Path,
                                             caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / REQUEST_FILE).write_text("{half", encoding="utf-8")
     assert read_request(tmp_path) is None
-    assert "ignored: not JSON" in caplog.text
+    assert "ignored: not valid JSON" in caplog.text
     (tmp_path / REQUEST_FILE).write_text("[1]", encoding="utf-8")
     assert read_request(tmp_path) is None
     with pytest.raises(RequestError, match="not a JSON object: list"):
         parse_request("[1]")
+
+
+@pytest.mark.parametrize("reader", ["read_request", "read_claimed", "claim_request"])
+@pytest.mark.parametrize(("kind", "make"), HOSTILE_JSON)
+def test_a_hostile_request_is_ignored_at_once_and_logged_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        reader: str, kind: str, make: Any) -> None:
+    """What the trainer reads at every periodic save and the task every second: a FIFO or
+    /dev/zero (which hung them), 200 MB (read and logged whole every second), not UTF-8 or
+    5,000 levels deep (which crashed the trainer at every save and every retry). Each is
+    no request, at once, and one short warning however often it is looked at."""
+    monkeypatch.setattr(request_module, "_warned", {})
+    make(tmp_path / (CLAIMED_FILE if reader == "read_claimed" else REQUEST_FILE))
+    read = {"read_request": read_request, "read_claimed": read_claimed,
+            "claim_request": lambda d: claim_request(d, since=0.0)}[reader]
+    for _ in range(3):
+        assert in_thread(lambda: read(tmp_path)) is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and len(warnings[0]) < 400, warnings
+
+
+def test_a_long_value_is_quoted_short(tmp_path: Path,
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A request just under the size cap whose text is one long field: the error quotes
+    the start of the value, not the value."""
+    body = json.loads(GOOD.to_json()) | {"reason": "x" * 60_000}
+    (tmp_path / REQUEST_FILE).write_text(json.dumps(body), encoding="utf-8")
+    assert read_request(tmp_path) is None
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "reason: 'xxxx" in line and "(60,002 characters)" in line and len(line) < 400
 
 
 def test_skip_save_round_trips_and_a_version_2_file_without_it_saves(tmp_path: Path) -> None:
@@ -243,8 +276,9 @@ def test_a_withdrawal_between_the_claims_read_and_rename_leaves_nothing_claimed(
     write_request(tmp_path, AT)
     real = module._parsed
 
-    def withdrawn_right_after_the_read(path: Path, text: str) -> PreemptRequest | None:
-        got = real(path, text)
+    def withdrawn_right_after_the_read(path: Path, text: str, what: str
+                                       ) -> PreemptRequest | None:
+        got = real(path, text, what)
         withdraw_request(tmp_path)
         return got
 
@@ -265,8 +299,9 @@ def test_a_request_replaced_before_the_claim_is_put_back(
     newer = PreemptRequest(victim="b", for_job="c", reason="r2",
                            requested_at=AT.requested_at + 9, grace_s=60.0)
 
-    def replaced_right_after_the_read(path: Path, text: str) -> PreemptRequest | None:
-        got = real(path, text)
+    def replaced_right_after_the_read(path: Path, text: str, what: str
+                                      ) -> PreemptRequest | None:
+        got = real(path, text, what)
         if path.name == REQUEST_FILE:
             withdraw_request(tmp_path)
             write_request(tmp_path, newer)

@@ -20,6 +20,7 @@ import torch
 
 from airflow_ett.ett.events import AttemptEnded, CheckpointSaved, Event, read_events
 from airflow_ett.scheduling.request import (
+    REQUEST_FILE,
     PreemptRequest,
     read_claimed,
     read_request,
@@ -29,6 +30,7 @@ from airflow_ett.trainer.checkpoint import read_marker
 from airflow_ett.trainer.config import load_config
 from airflow_ett.trainer.faults import EXIT_OK, EXIT_PREEMPTED
 from airflow_ett.trainer.loop import load_final_state
+from tests.hostile import deep_json, fifo, not_utf8
 from tests.trainer.test_trainer_e2e import write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -120,6 +122,24 @@ def test_a_now_request_is_not_acted_on_at_a_checkpoint(tmp_path: Path) -> None:
     done = subprocess.run(command(config, "now", 1), capture_output=True, text=True,
                           timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("kind", "make"), [("not_utf8", not_utf8), ("deep", deep_json),
+                                            ("fifo", fifo)])
+def test_a_hostile_request_file_is_ignored_and_the_trainer_trains_on(
+        tmp_path: Path, kind: str, make: Any) -> None:
+    """A request file that is not UTF-8 or 5,000 levels deep crashed the trainer at every
+    periodic save (and so every retry); a FIFO hung it. Each is one warning, logged once,
+    and the attempt trains to the end."""
+    config = write_config(tmp_path / "job" / "job.json", steps=30)
+    job_dir = config.parent
+    make(job_dir / REQUEST_FILE)
+    done = subprocess.run(command(config, kind, 1), capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
+    assert done.returncode == EXIT_OK, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    ignored = [line for line in done.stderr.splitlines() if REQUEST_FILE in line]
+    assert len(ignored) == 1 and "ignored" in ignored[0], ignored
 
 
 def test_sigterm_right_after_a_periodic_save_leaves_without_saving_again(
