@@ -8,14 +8,13 @@ startup on a typo is exactly the waste this project exists to remove.
 
 from __future__ import annotations
 
-import json
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from airflow_ett._untrusted import UntrustedFileError, load_json, load_toml
 from airflow_ett.ett.events import MAX_WORLD_SIZE
 from airflow_ett.trainer.faults import FAULT_KINDS, SLOW_SAVE_S, FaultKind
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
@@ -297,6 +296,13 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
     )
 
 
+#: A trainer config is a few KB (the model's tables, the optimizations, paths); past this
+#: it is not one.
+MAX_CONFIG_BYTES: Final = 1 << 20
+#: The deepest a config nests (model.tables.<name>.<field> and a list): ample.
+_MAX_DEPTH: Final = 16
+
+
 def _check_top_level(data: object) -> None:
     """A table, with no field this trainer does not know and every required one present."""
     if not isinstance(data, Mapping):
@@ -323,15 +329,20 @@ def _optimizations(raw: object) -> Mapping[str, Any]:
 
 
 def load_config(path: str | Path) -> TrainerConfig:
+    """The config file at `path` (JSON when it ends in `.json`, else TOML), read bounded:
+    a regular file (a FIFO or `/dev/zero` behind a symlink would hang or exhaust the
+    trainer) of at most `MAX_CONFIG_BYTES`, UTF-8, nested at most `_MAX_DEPTH` deep. Any
+    of those wrong is a `ConfigError` (one line, exit 78), never a traceback."""
     file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"trainer config file not found: {file}")
-    text = file.read_text(encoding="utf-8")
+    what = "trainer config"
     try:
-        data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"trainer config {file}: not valid "
-                          f"{'JSON' if file.suffix == '.json' else 'TOML'}: {exc}") from None
+        if file.suffix == ".json":
+            data: object = load_json(file, what=what, max_bytes=MAX_CONFIG_BYTES,
+                                     max_depth=_MAX_DEPTH)
+        else:
+            data = load_toml(file, what=what, max_bytes=MAX_CONFIG_BYTES, max_depth=_MAX_DEPTH)
+    except UntrustedFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"trainer config {file}: must be a table/object at the top level")
     return config_from_mapping(data, base_dir=file.parent)

@@ -29,6 +29,7 @@ from airflow_ett.trainer.config import (
 )
 from airflow_ett.trainer.model import BUNDLED, ModelConfig, ModelConfigError
 from airflow_ett.trainer.readers import show
+from tests.hostile import HOSTILE_JSON, deep_toml, in_thread
 
 BASE = {"model": "dlrm_tiny", "steps": 10, "checkpoint_dir": "ckpt"}
 
@@ -90,7 +91,7 @@ def test_bad_values_are_named(changes: dict[str, object], message: str) -> None:
 def test_missing_fields_and_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="missing required field 'checkpoint_dir'"):
         config_from_mapping({"model": "dlrm_tiny", "steps": 3})
-    with pytest.raises(ConfigError, match="config file not found"):
+    with pytest.raises(ConfigError, match=r"^trainer config .*nope\.toml: not found$"):
         load_config(tmp_path / "nope.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("steps = = 3")
@@ -330,3 +331,14 @@ def test_any_number_out_of_its_range_is_refused_naming_field_and_value(
     with pytest.raises(ConfigError) as info:
         config_from_mapping(BASE | {name: value})
     assert str(info.value).startswith(f"trainer config: {name} = {show(value)}: must be")
+
+
+@pytest.mark.parametrize(("kind", "make"), [*HOSTILE_JSON, ("deep_toml", deep_toml)])
+def test_a_hostile_config_file_is_a_config_error(tmp_path: Path, kind: str, make: Any) -> None:
+    """Read bounded: a FIFO or /dev/zero (hung), 200 MB, not UTF-8 or 5,000 deep (a
+    traceback and exit 1): one `ConfigError` line naming the file (the CLI's exit 78)."""
+    config = tmp_path / ("job.toml" if kind == "deep_toml" else "job.json")
+    says = make(config)
+    with pytest.raises(ConfigError) as info:
+        in_thread(lambda: load_config(config))
+    assert str(info.value).startswith(f"trainer config {config}: {says}"), info.value

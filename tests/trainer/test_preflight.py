@@ -31,6 +31,7 @@ from airflow_ett.trainer.preflight import (
     preflight,
 )
 from airflow_ett.trainer.readers import Reader
+from tests.hostile import HOSTILE_JSON
 
 TINY = BUNDLED["dlrm_tiny"]
 R = Reader("trainer config", ConfigError)
@@ -247,6 +248,23 @@ def test_cli_refuses_what_cannot_run_with_exit_78(tmp_path: Path) -> None:
     refused(run_cli(tmp_path, num_workers=100_000), "num_workers = 100000")
     refused(run_cli(tmp_path, faults=[{"kind": "raise", "at_step": 7}]),
             "faults[0].at_step = 7", "steps (6)")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_cli_refuses_a_hostile_config_file_with_exit_78(tmp_path: Path) -> None:
+    """Non-UTF-8 or deeply nested configs exited 1 with a traceback (retried); a FIFO or
+    /dev/zero hung the trainer. Each is one line and exit 78, before any work."""
+    for kind, make in HOSTILE_JSON:
+        config = tmp_path / f"{kind}.json"
+        says = make(config)
+        done = subprocess.run(
+            [sys.executable, "-m", "airflow_ett.trainer", "--config", str(config),
+             "--job-id", "pf", "--attempt-number", "1"],
+            capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=tmp_path,
+            env={**os.environ, "AIRFLOW__ETT__DISABLED": "True"})
+        refused(done, f"trainer config {config}: {says}")
 
 
 @pytest.mark.integration
