@@ -123,6 +123,15 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett._fs import atomic_write, fsync_dir
+from airflow_ett.trainer.checkpoint_files import (
+    UntrustedFileError,
+    crc32_of,
+    listed_file_problem,
+    load_marker,
+    pickle_work,
+    read_metadata_bytes,
+    storage_problem,
+)
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 
 log = logging.getLogger(__name__)
@@ -236,14 +245,26 @@ def read_checkpoint_metadata(stream: Any) -> Metadata:
     return metadata
 
 
+def load_checkpoint_metadata(path: Path) -> Metadata:
+    """The `.metadata` file at `path`, read bounded (`checkpoint_files`: a regular file of
+    bounded size whose pickle makes bounded work), then by the restricted unpickler;
+    `UnsafeCheckpointError` for anything else."""
+    try:
+        data = read_metadata_bytes(path)
+    except UntrustedFileError as exc:
+        raise UnsafeCheckpointError(exc.reason) from None
+    problem = pickle_work(data)
+    if problem is not None:
+        raise UnsafeCheckpointError(problem)
+    return read_checkpoint_metadata(io.BytesIO(data))
+
+
 class SafeFileSystemReader(FileSystemReader):
-    """DCP's `FileSystemReader` with `.metadata` read by `read_checkpoint_metadata`
+    """DCP's `FileSystemReader` with `.metadata` read by `load_checkpoint_metadata`
     instead of a plain `pickle.load` (torch 2.13's `read_metadata`, otherwise the same)."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as stream:
-            metadata = read_checkpoint_metadata(stream)
+        metadata = load_checkpoint_metadata(Path(self._get_metadata_path(kwargs.get("rank"))))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         assert metadata.storage_meta is not None
@@ -629,7 +650,7 @@ def step_dir_name(step: int) -> str:
 
 def read_marker(path: Path) -> dict[str, Any]:
     """The commit marker of a step directory; raises ValueError/OSError when unusable."""
-    marker = json.loads((path / COMMIT_MARKER).read_text(encoding="utf-8"))
+    marker = load_marker(path / COMMIT_MARKER)  # bounded: a ValueError when it is not
     if not isinstance(marker, dict):
         raise ValueError("commit marker is not a JSON object")
     step = _step_of(path)
@@ -1259,11 +1280,13 @@ class CheckpointManager:
         files: dict[str, Any] = marker["files"]
         if _DCP_METADATA not in files:
             return f"commit marker lists no {_DCP_METADATA}", None
-        reason = _size_mismatch(path, files)
+        reason = next(filter(None, (listed_file_problem(path, name) for name in files)), None)
+        if reason is None:
+            reason = _size_mismatch(path, files)
         if reason is None and self.verify == "checksum":
             reason = _checksum_mismatch(path, files)
         if reason is None:
-            reason = _unsafe_metadata(path)
+            reason = _unsafe_metadata(path, files)
         if reason is not None:
             return reason, None
         return None, marker
@@ -1348,20 +1371,26 @@ def _checksum_mismatch(path: Path, files: dict[str, Any]) -> str | None:
     """The first listed file unreadable or whose CRC32 differs from the commit marker's."""
     for name, want in sorted(files.items()):
         try:
-            _, crc = _crc32(path / name)
-        except OSError as exc:
+            crc = crc32_of(path / name, int(want.get("size", 0)))
+        except (OSError, ValueError) as exc:  # UntrustedFileError: not a regular file
             return f"{name} unreadable: {exc}"
         if crc != want.get("crc32"):
             return f"{name} checksum {crc} differs from the commit marker's {want.get('crc32')}"
     return None
 
 
-def _unsafe_metadata(path: Path) -> str | None:
+def _unsafe_metadata(path: Path, files: Mapping[str, Any]) -> str | None:
     """Why DCP's metadata file is refused; a CRC is no authentication, so it is read as
-    untrusted input."""
+    untrusted input (`load_checkpoint_metadata`), and the data it points DCP at must be
+    the marker's listed files, within their sizes."""
     try:
-        with open(path / _DCP_METADATA, "rb") as stream:
-            read_checkpoint_metadata(stream)
+        metadata = load_checkpoint_metadata(path / _DCP_METADATA)
+        storage = metadata.storage_data
+        if not isinstance(storage, Mapping):
+            return f"{_DCP_METADATA} refused: it gives no data locations"
+        problem = storage_problem(storage, files)
+        if problem is not None:
+            return f"{_DCP_METADATA} refused: {problem}"
     except UnsafeCheckpointError as exc:
         return f"{_DCP_METADATA} refused: {exc}"
     except Exception as exc:

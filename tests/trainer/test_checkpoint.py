@@ -378,7 +378,7 @@ def test_unreadable_metadata_is_invalid_before_any_tensor_is_loaded(
     restored = manager.restore(job.state())
     assert restored is not None and restored.step == 1
     assert restored.skipped[0] == (newest, restored.skipped[0][1])
-    assert restored.skipped[0][1].startswith(".metadata unreadable: UnpicklingError")
+    assert restored.skipped[0][1].startswith(".metadata refused: not a readable pickle")
     assert_bitwise(job.snapshot(), older)
 
 
