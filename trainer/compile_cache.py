@@ -110,6 +110,15 @@ from pathlib import Path, PurePath
 from typing import IO, Any
 
 from airflow_ett._fs import atomic_file, atomic_write
+from airflow_ett._untrusted import (
+    MissingFileError,
+    UntrustedFileError,
+    open_regular,
+    parse_json,
+    read_bytes,
+    read_text,
+)
+from airflow_ett.trainer.cache_archive import UnsafeArchiveError, open_archive
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +140,8 @@ _CHUNK = 1 << 20
 MAX_ARCHIVE_MEMBERS = 200_000
 MAX_MEMBER_BYTES = 4 << 30
 MAX_ARCHIVE_BYTES = 32 << 30
+#: A manifest names a few payloads and each precompiled forward's span: a few KB.
+MAX_MANIFEST_BYTES = 16 << 20
 #: Whether this Python's tarfile has extraction filters (3.11.4+). Checked once; tests
 #: set it False to run the path Debian 12's Python 3.11.2 takes.
 _HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
@@ -426,11 +437,22 @@ class _HashingWriter(io.RawIOBase):
         return len(view)
 
 
-def _file_digest(path: Path) -> tuple[int, str]:
+def _declared_size(value: Any) -> int:
+    """A manifest's size for a payload, as a bound for reading it (0 when it is no size:
+    the digest then reads one byte and the size check fails)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return min(value, MAX_ARCHIVE_BYTES)
+
+
+def _file_digest(path: Path, *, limit: int) -> tuple[int, str]:
+    """Size and SHA-256 of the regular file at `path`, read to at most `limit` + 1 bytes
+    (a longer file is told by its size without being read to its end, and a FIFO or a
+    device is refused: `UntrustedFileError`)."""
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
+    with open_regular(path, what="compile cache file") as fh:
+        while size <= limit and (chunk := fh.read(min(_CHUNK, limit + 1 - size))):
             digest.update(chunk)
             size += len(chunk)
     return size, digest.hexdigest()
@@ -878,15 +900,12 @@ class CompileCache:
 
         path = self.entry_dir(key) / MANIFEST_NAME
         try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+            raw = read_text(path, what="manifest", max_bytes=MAX_MANIFEST_BYTES)
+            manifest = parse_json(raw, what="manifest", path=path)
+        except MissingFileError:
             raise _NoEntry(f"no entry for key {key} under {self.root}") from None
-        except OSError as exc:
-            raise _EntryError(f"manifest unreadable: {exc}") from exc
-        try:
-            manifest = json.loads(raw)
-        except ValueError as exc:
-            raise _EntryError(f"manifest is not valid JSON (truncated?): {exc}") from exc
+        except UntrustedFileError as exc:  # not a regular file, too large, not JSON, deep
+            raise _EntryError(f"manifest unreadable: {exc.reason}") from None
         if not isinstance(manifest, dict):
             raise _EntryError("manifest is not a JSON object")
         if manifest.get("format") != CACHE_FORMAT:
@@ -916,9 +935,11 @@ class CompileCache:
             raise _EntryError(f"manifest names a bad {what} file {name!r}")
         path = entry / name
         try:
-            size, digest = _file_digest(path)
-        except FileNotFoundError:
+            size, digest = _file_digest(path, limit=_declared_size(meta["size"]))
+        except MissingFileError:
             raise _PayloadGone(f"{what} file {name} is missing") from None
+        except UntrustedFileError as exc:
+            raise _EntryError(f"{what} file {name}: {exc.reason}") from None
         if size != meta["size"]:
             raise _EntryError(
                 f"{what} file {name} has {size} bytes, manifest says {meta['size']} (truncated?)"
@@ -927,13 +948,22 @@ class CompileCache:
             raise _EntryError(f"{what} file {name} fails its checksum (corrupt)")
         return path
 
+    def _payload_bytes(self, entry: Path, meta: Any, what: str) -> bytes:
+        """A verified payload's bytes, read again bounded by its verified size (a file
+        swapped since is refused, not read without bound)."""
+        path = self._payload(entry, meta, what)
+        try:
+            return read_bytes(path, what=f"{what} file", max_bytes=int(meta["size"]))
+        except UntrustedFileError as exc:
+            raise _EntryError(str(exc)) from None
+
     def _restore_archive(self, entry: Path, manifest: dict[str, Any], local: Path) -> bool:
         """Unpack the archived inductor dir beside `local`, then move it in atomically."""
         archive = self._payload(entry, manifest.get("inductor_dir"), "inductor dir archive")
         staging = Path(tempfile.mkdtemp(prefix=f".{local.name}.restore-", dir=local.parent))
         try:
             try:
-                with tarfile.open(archive, mode="r:gz") as tar:
+                with open_archive(archive) as tar:  # headers bounded as they are read
                     safe_extract(tar, staging)
             except UnsafeArchiveError as exc:
                 raise _EntryError(f"archive refused: {exc}") from exc
@@ -950,7 +980,7 @@ class CompileCache:
         meta = manifest.get("artifacts")
         if meta is None:
             raise _EntryError("the entry has no portable artifacts (none were recorded)")
-        blob = self._payload(entry, meta, "artifacts").read_bytes()
+        blob = self._payload_bytes(entry, meta, "artifacts")
         info = torch.compiler.load_cache_artifacts(blob)
         if info is None:
             raise _EntryError("torch could not deserialise them (see torch's warning)")
@@ -961,7 +991,7 @@ class CompileCache:
         index (name -> offset, size). Nothing is unpickled here: `precompile` does that for
         the forwards the run installs."""
         meta = manifest["precompiled"]
-        blob = self._payload(entry, meta, "precompiled forwards").read_bytes()
+        blob = self._payload_bytes(entry, meta, "precompiled forwards")
         index = meta.get("forwards")
         if not isinstance(index, dict) or not index:
             raise _EntryError(f"precompiled forwards index is not a non-empty object: {index!r}")
@@ -1280,10 +1310,6 @@ def _merge_into(staging: Path, local: Path) -> None:
 # ---------------------------------------------------------------------------------------
 # Safe archive extraction
 # ---------------------------------------------------------------------------------------
-
-
-class UnsafeArchiveError(ValueError):
-    """An archive member that must not be extracted; the message names it and why."""
 
 
 def safe_extract(

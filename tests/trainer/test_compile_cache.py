@@ -45,6 +45,8 @@ from airflow_ett.trainer.compile_cache import (
     format_counters,
     key_inputs,
 )
+from tests.hostile import deep_json, dev_zero, fifo, huge
+from tests.trainer.test_cache_archive import header_bomb
 
 CONFIG: dict[str, Any] = {
     "tables": [{"name": "t0", "rows": 1000, "dim": 16}],
@@ -637,6 +639,12 @@ def _escaping_tar() -> bytes:
     return buf.getvalue()
 
 
+def _swap(path: Path, make: Callable[[Path], str]) -> None:
+    """Replace the file at `path` by a hostile one (tests/hostile.py)."""
+    path.unlink()
+    make(path)
+
+
 def _break_both(entry: Path) -> None:
     _truncate_archive(entry)
     _replace_payload(entry, "artifacts", b"garbage", fix_checksum=False)
@@ -700,6 +708,33 @@ BROKEN: dict[str, tuple[Callable[[Path], object], tuple[bool, bool, bool], str]]
         lambda e: _replace_payload(e, "inductor_dir", _escaping_tar(), fix_checksum=True),
         (True, True, False),
         "archive refused: member 'ab/../../../escaped.so': '..' component",
+    ),
+    "archive with a 512 MB long-name header": (
+        lambda e: _replace_payload(e, "inductor_dir", header_bomb(), fix_checksum=True),
+        (True, True, False),
+        "archive refused: a 'L' header of 536,870,912 bytes",
+    ),
+    "archive that is a FIFO": (
+        lambda e: _swap(e / _manifest(e)["inductor_dir"]["file"], fifo),
+        (True, True, False),
+        "not a regular file (a FIFO)",
+    ),
+    "artifacts that are /dev/zero": (
+        lambda e: _swap(e / _manifest(e)["artifacts"]["file"], dev_zero),
+        (True, False, True),
+        "not a regular file (a character device)",
+    ),
+    "manifest that is a FIFO": (
+        lambda e: _swap(e / MANIFEST_NAME, fifo), (False, False, False),
+        "manifest unreadable: not a regular file (a FIFO)",
+    ),
+    "manifest 5,000 levels deep": (
+        lambda e: _swap(e / MANIFEST_NAME, deep_json), (False, False, False),
+        "manifest unreadable: nested deeper than",
+    ),
+    "manifest of 200 MB": (
+        lambda e: _swap(e / MANIFEST_NAME, huge), (False, False, False),
+        "manifest unreadable: larger than its limit",
     ),
     "payload name escaping the entry": (
         lambda e: _rewrite_manifest(
