@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from array import array
 from typing import TYPE_CHECKING
 
 from airflow_ett.cli.common import fail, print_json, time_arg
-from airflow_ett.cli.events_file import read_events
+from airflow_ett.cli.events_file import BadLines, check_strict, event_at, events_source, iter_events
 
 if TYPE_CHECKING:
     from airflow_ett.cli.common import Subcommands
@@ -32,21 +33,32 @@ def add_parser(sub: Subcommands) -> None:
 def compute_command(args: argparse.Namespace) -> int:
     from airflow_ett.cli import console
     from airflow_ett.cli.render import job_view
-    from airflow_ett.ett.attribution import attribute
+    from airflow_ett.ett.attribution import attribute_job
 
     source = args.events
-    events = read_events(source, strict=args.strict)
-    results = attribute(events, now=args.now)
-    if args.job is not None:
-        if args.job not in results:
-            fail(f"job {args.job!r} is not in {source}; jobs there: {sorted(results)[:10]}")
-        results = {args.job: results[args.job]}
-    if args.json:
-        dicts = [r.to_dict(include_timeline=args.timeline) for r in results.values()]
-        print_json(dicts[0] if len(dicts) == 1 else dicts, sys.stdout)
-    else:
+    with events_source(source) as fh:
+        if args.strict:
+            check_strict(fh, source)
+        bad = BadLines(source)
+        offsets: dict[str, array[int]] = {}  # 8 bytes per event: the file stays on disk
+        for offset, event in iter_events(fh, bad):
+            offsets.setdefault(event.job, array("q")).append(offset)
+        bad.report(strict=args.strict)
+        jobs = sorted(offsets)
+        if args.job is not None:
+            if args.job not in offsets:
+                fail(f"job {args.job!r} is not in {source}; jobs there: {jobs[:10]}")
+            jobs = [args.job]
         terminal = console.is_terminal()
-        views = [job_view(r.summary().to_dict(), terminal=terminal) for r in results.values()]
-        for i, view in enumerate(views):  # one blank line between jobs
-            console.emit(*([console.Text()] if i else []), view)
+        dicts = []
+        for i, job in enumerate(jobs):  # one job's events in memory at a time
+            result = attribute_job([event_at(fh, at) for at in offsets.pop(job)],
+                                   now=args.now)
+            if args.json:
+                dicts.append(result.to_dict(include_timeline=args.timeline))
+            else:  # one blank line between jobs
+                view = job_view(result.summary().to_dict(), terminal=terminal)
+                console.emit(*([console.Text()] if i else []), view)
+    if args.json:
+        print_json(dicts[0] if len(dicts) == 1 else dicts, sys.stdout)
     return 0

@@ -11,12 +11,13 @@ from __future__ import annotations
 import fcntl
 import importlib
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from airflow_ett._fs import write_all
-from airflow_ett.ett.events import Event, event_to_json, parse_line
+from airflow_ett.ett.events import Event, EventError, bounded_lines, event_to_json, parse_line
 from airflow_ett.masking import mask_url
 
 
@@ -95,10 +96,13 @@ class JsonlSink:
     def read(self) -> list[Event]:
         """Every event in the file, in the order written."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             return []
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"events file {self.path}: not a regular file")
+            os.set_blocking(fd, True)
             fcntl.flock(fd, fcntl.LOCK_SH)
             return self._read(fd)
         finally:
@@ -108,8 +112,14 @@ class JsonlSink:
     def _read(fd: int) -> list[Event]:
         with open(fd, "rb", closefd=False) as fh:
             fh.seek(0)
-            return [parse_line(line) for line in fh if line.strip()]
+            lines = (line for _, line in bounded_lines(fh))
+            return [parse_line(line) if isinstance(line, bytes) else _raise(line)
+                    for line in lines if not isinstance(line, bytes) or line.strip()]
 
     def __repr__(self) -> str:
         return f"JsonlSink({str(self.path)!r})"
 
+
+
+def _raise(error: EventError) -> Event:
+    raise error

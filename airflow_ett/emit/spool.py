@@ -43,6 +43,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import threading
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +53,13 @@ from typing import Final
 from airflow_ett._fs import atomic_write, fsync_dir, write_all
 from airflow_ett.emit._log import logger, rate_limited
 from airflow_ett.emit.sinks import EventSink, StoreSink
-from airflow_ett.ett.events import Event, EventError, event_to_json, parse_line
+from airflow_ett.ett.events import (
+    Event,
+    EventError,
+    bounded_lines,
+    event_to_json,
+    parse_line,
+)
 
 SPOOL_NAME: Final = re.compile(
     r"^(?P<stem>spool-(?P<pid>\d+)-(?P<token>[0-9a-f]+))\.jsonl"
@@ -258,7 +265,7 @@ def _candidates(directory: Path) -> list[Path]:
 # Kept whole (the noqa): exactly-once delivery rests on the order claim (lock, rename),
 # chunked writes, then unlink with no yield in between, and on one `finally` releasing the
 # lock on every path; helpers would spread that order over several frames.
-def iter_replay(  # noqa: C901, PLR0912 (exactly-once: claim, write, unlink read as one)
+def iter_replay(  # noqa: C901 (exactly-once: claim, write, unlink read as one)
     sink: EventSink, spool_dir: str | os.PathLike[str], progress: ReplayProgress,
     *, chunk_size: int = DEFAULT_CHUNK,
 ) -> Generator[None, None, None]:
@@ -272,12 +279,8 @@ def iter_replay(  # noqa: C901, PLR0912 (exactly-once: claim, write, unlink read
     directory = Path(spool_dir)
     token = _token()
     for path in _candidates(directory):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue  # claimed or finished by someone else since we listed
-        except OSError as exc:
-            progress.errors.append(f"{path.name}: cannot open: {exc}")
+        fd = _open_spool_file(path, progress)
+        if fd is None:
             continue
         try:
             try:
@@ -298,9 +301,9 @@ def iter_replay(  # noqa: C901, PLR0912 (exactly-once: claim, write, unlink read
             rejected: list[dict[str, object]] = []
             batch: list[_Line] = []
             with open(fd, "rb", closefd=False) as fh:
-                for number, raw in enumerate(fh, start=1):
+                for number, (_, raw) in enumerate(bounded_lines(fh), start=1):
                     event = _parse(raw, number, source, rejected)
-                    if event is not None:
+                    if event is not None and isinstance(raw, bytes):
                         batch.append(_Line(event, number, raw))
                     if len(batch) >= chunk_size:
                         yield  # let live batches go first; then write this chunk
@@ -333,13 +336,35 @@ class _Line:
     raw: bytes
 
 
+def _open_spool_file(path: Path, progress: ReplayProgress) -> int | None:
+    """A spool file opened for reading, or None: gone since it was listed, or not a
+    regular file (a FIFO named like one would block the replay: opened non-blocking, its
+    type taken from the descriptor, then left alone and reported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None  # claimed or finished by someone else since we listed
+    except OSError as exc:
+        progress.errors.append(f"{path.name}: cannot open: {exc}")
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        progress.errors.append(f"{path.name}: not a regular file, left alone")
+        return None
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _rejected_line(source: str, number: int, raw: bytes, error: str) -> dict[str, object]:
     return {"source": source, "line": number, "error": error,
             "text": raw.rstrip(b"\n").decode("utf-8", "replace")}
 
 
-def _parse(raw: bytes, number: int, source: str,
+def _parse(raw: bytes | EventError, number: int, source: str,
            rejected: list[dict[str, object]]) -> Event | None:
+    if isinstance(raw, EventError):  # a line too long to be an event: not kept whole
+        rejected.append(_rejected_line(source, number, b"", str(raw)))
+        return None
     if not raw.strip():
         return None
     try:

@@ -30,10 +30,11 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Final, Literal
+from typing import Annotated, Any, BinaryIO, ClassVar, Final, Literal
 
 import msgspec
 
+from airflow_ett._untrusted import open_regular
 from airflow_ett.ett.phases import COMPONENTS, PHASES
 
 FORMAT_VERSION: Final = 1
@@ -606,15 +607,45 @@ def parse_line(text: str | bytes) -> Event:
     return event_from_dict(obj)
 
 
-def iter_parse(lines: Iterable[str | bytes]) -> Iterator[Event | EventError]:
-    """One result per non-blank line, numbered from 1: an event, or the error for it."""
+def iter_parse(lines: Iterable[str | bytes | EventError]) -> Iterator[Event | EventError]:
+    """One result per non-blank line, numbered from 1: an event, or the error for it (a
+    line that `bounded_lines` already refused comes as its error)."""
     for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, EventError):
+            yield raw.at_line(number)
+            continue
         if not raw.strip():
             continue
         try:
             yield parse_line(raw)
         except EventError as exc:
             yield exc.at_line(number)
+
+
+#: An event is a few hundred bytes, the longest we write (an attempt's error text, cut to
+#: 500 characters) under 2 KB; a line past this is not one, and is skipped as one bad line
+#: without being held in memory.
+MAX_LINE_BYTES: Final = 1 << 20
+_SKIP_CHUNK: Final = 1 << 20
+
+
+def bounded_lines(fh: BinaryIO, *, max_bytes: int = MAX_LINE_BYTES
+                  ) -> Iterator[tuple[int, bytes | EventError]]:
+    """(byte offset, line) for each line of a binary stream; a line longer than
+    `max_bytes` comes as its `EventError` instead, read past in chunks (a file with no
+    newline at all costs `max_bytes` of memory, not its size)."""
+    offset = 0
+    while line := fh.readline(max_bytes + 1):
+        start, length = offset, len(line)
+        if length > max_bytes and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = fh.readline(_SKIP_CHUNK)
+                length += len(line)
+            offset += length
+            yield start, EventError(f"line longer than {max_bytes:,} bytes ({length:,})")
+            continue
+        offset += length
+        yield start, line
 
 
 _STORED: Final = msgspec.json.Decoder(Event)
@@ -638,7 +669,7 @@ def decode_stored(payload: str | bytes) -> Event:
     return event
 
 
-def parse_lines(lines: Iterable[str | bytes]) -> ParseResult:
+def parse_lines(lines: Iterable[str | bytes | EventError]) -> ParseResult:
     events: list[Event] = []
     errors: list[EventError] = []
     for item in iter_parse(lines):
@@ -647,6 +678,9 @@ def parse_lines(lines: Iterable[str | bytes]) -> ParseResult:
 
 
 def read_events(path: str) -> ParseResult:
+    """A whole events file parsed in memory (for a job's own file, in tests and benches;
+    the CLI streams instead: `airflow_ett.cli.events_file`). Opened as untrusted input:
+    a regular file only (`UntrustedFileError` otherwise), each line bounded."""
     # Bytes, not text: a line that is not UTF-8 is then that line's error, not the file's.
-    with open(path, "rb") as fh:
-        return parse_lines(fh)
+    with open_regular(path, what="events file") as fh:
+        return parse_lines(line for _, line in bounded_lines(fh))

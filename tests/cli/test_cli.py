@@ -4,6 +4,7 @@ installed console script; store commands against a real SQLite file."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from importlib import resources
@@ -82,7 +83,7 @@ def test_bad_lines_are_reported_and_good_ones_kept(tmp_path: Path,
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["compute", "/no/such/file.jsonl"], "events file not found: /no/such/file.jsonl"),
+        (["compute", "/no/such/file.jsonl"], "events file /no/such/file.jsonl: not found"),
         (["compute", "{empty}"], "no valid events in"),
     ],
 )
@@ -185,10 +186,15 @@ def test_unreadable_events_files_say_why(tmp_path: Path, capsys: pytest.CaptureF
     import gzip
 
     gz.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
-    cases = {str(tmp_path): "is a directory, not a file",
+    fifo, zero = tmp_path / "fifo.jsonl", tmp_path / "zero.jsonl"
+    os.mkfifo(fifo)  # an open would block, a read of /dev/zero never end: both refused
+    zero.symlink_to("/dev/zero")
+    cases = {str(tmp_path): "not a regular file (a directory)",
              str(utf16): "is UTF-16, not UTF-8",
              str(gz): "is gzip-compressed, not UTF-8",
-             str(tmp_path / "nope.jsonl"): "events file not found"}
+             str(fifo): "not a regular file (a FIFO)",
+             str(zero): "not a regular file (a character device)",
+             str(tmp_path / "nope.jsonl"): ": not found"}
     for path, message in cases.items():
         assert main([command, path, "--store-url", f"sqlite:///{tmp_path}/ett.db"]
                     if command == "ingest" else [command, path]) == 1

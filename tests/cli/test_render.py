@@ -16,7 +16,7 @@ import pytest
 from airflow_ett.cli import console, main
 from airflow_ett.cli.render import job_view, render_job, render_row
 from airflow_ett.ett.attribution import attribute
-from airflow_ett.ett.events import event_to_json
+from airflow_ett.ett.events import event_to_json, read_events
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.synthetic import EXAMPLE_SPEC, InjectedFailure, JobSpec, simulate
 
@@ -38,9 +38,9 @@ def _rich_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _example_dict() -> dict[str, Any]:
-    from airflow_ett.cli.events_file import read_events
-
-    (result,) = attribute(read_events(str(EXAMPLE), strict=True)).values()
+    parsed = read_events(str(EXAMPLE))
+    assert not parsed.errors
+    (result,) = attribute(parsed.events).values()
     return result.summary().to_dict()
 
 
@@ -132,9 +132,9 @@ def test_a_provisional_flag_in_brackets_is_printed_not_parsed() -> None:
 
 
 def test_render_job_is_the_summary_dict_rendered() -> None:
-    from airflow_ett.cli.events_file import read_events
-
-    (result,) = attribute(read_events(str(EXAMPLE), strict=True)).values()
+    parsed = read_events(str(EXAMPLE))
+    assert not parsed.errors
+    (result,) = attribute(parsed.events).values()
     assert render_job(result.summary()) == render_row(result.summary().to_dict())
 
 

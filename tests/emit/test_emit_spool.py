@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from airflow_ett.emit import replay_spool
 from airflow_ett.emit.spool import SpoolWriter
-from airflow_ett.ett.events import Event, JobEnded, Progress, event_to_json
+from airflow_ett.ett.events import MAX_LINE_BYTES, Event, JobEnded, Progress, event_to_json
 from tests.emit.conftest import CountingSink, Destination, spool_files
 from tests.factories import T0 as T
 
@@ -56,6 +56,30 @@ def test_a_corrupt_line_is_kept_aside_with_its_error(dest: Destination,
     assert all(k["source"] == f"spool-{DEAD_PID}-abc123.jsonl" for k in kept)
     # Replaying again finds nothing: the rejected file is not a spool file.
     assert replay_spool(dest.sink(), spool_dir).replayed == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_named_like_a_spool_file_is_left_alone(dest: Destination,
+                                                      spool_dir: Path) -> None:
+    """Opened as the replay opened it, a FIFO with no writer blocked the replay forever
+    (and the emitter's thread with it); it is reported and the other files go in."""
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(spool_dir / f"spool-{DEAD_PID}-aaa.jsonl")
+    write_spool(spool_dir, f"spool-{DEAD_PID}-bbb.jsonl", [event_to_json(progress(0))])
+    result = replay_spool(dest.sink(), spool_dir)
+    assert result.replayed == 1
+    assert any("aaa.jsonl: not a regular file" in e for e in result.errors), result.errors
+
+
+def test_a_line_too_long_to_be_an_event_is_kept_aside_without_its_text(
+        dest: Destination, spool_dir: Path) -> None:
+    lines = [event_to_json(progress(0)), "x" * (MAX_LINE_BYTES + 10), event_to_json(progress(1))]
+    write_spool(spool_dir, f"spool-{DEAD_PID}-ccc.jsonl", lines)
+    result = replay_spool(dest.sink(), spool_dir)
+    assert (result.replayed, result.rejected) == (2, 1)
+    (kept,) = [json.loads(line) for line in
+               (spool_dir / f"spool-{DEAD_PID}-ccc.rejected").read_text().splitlines()]
+    assert kept["line"] == 2 and kept["text"] == "" and "line longer than" in kept["error"]
 
 
 def test_a_live_writers_file_is_never_taken(spool_dir: Path) -> None:
