@@ -132,7 +132,9 @@ def iter_events(fh: BinaryIO, bad: BadLines) -> Iterator[tuple[int, Event]]:
 
 
 def event_at(fh: BinaryIO, offset: int) -> Event:
-    """The event on the line at `offset` (one `iter_events` gave)."""
+    """The event on the line at `offset` (one `iter_events` gave), parsed again by the
+    same rules (not the store's faster typed decoder: a first read escapes free text,
+    which that decoder, meant for canonical stored JSON, does not)."""
     from airflow_ett.ett.events import MAX_LINE_BYTES, parse_line
 
     fh.seek(offset)
