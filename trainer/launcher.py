@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import os
 import shutil
@@ -39,9 +38,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Final, Literal
 
 from airflow_ett._proc import ProcessTree
+from airflow_ett._untrusted import MissingFileError, UntrustedFileError, load_json
 from airflow_ett.ett.events import FailureCause
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
@@ -53,7 +53,6 @@ from airflow_ett.trainer.faults import (
     FIRST_STEP_FILE_ENV,
 )
 from airflow_ett.trainer.rank_failures import (
-    ExitRecordError,
     RankOutcome,
     parse_exit_record,
     root_cause,
@@ -134,6 +133,10 @@ def classify_ranks(code: int, ranks: Sequence[RankOutcome]) -> ExitClass:
     return ExitClass(base.status, base.cause, base.retryable, reported, description[:500])
 
 
+#: An exit record is a few hundred bytes (its error text is cut to a few KB).
+MAX_EXIT_RECORD_BYTES: Final = 1 << 20
+
+
 def exit_records(directory: Path, world_size: int) -> list[RankOutcome]:
     """The attempt's ranks as their exit records say, one per rank; [] when no rank left
     one. A rank without a record left no word (it died before its first write, or never
@@ -142,19 +145,18 @@ def exit_records(directory: Path, world_size: int) -> list[RankOutcome]:
     found: dict[int, RankOutcome] = {}
     for rank in range(world_size):
         path = directory / f"rank{rank}.json"
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        try:  # bounded: a regular file, UTF-8 JSON of at most MAX_EXIT_RECORD_BYTES
+            raw = load_json(path, what="exit record", max_bytes=MAX_EXIT_RECORD_BYTES)
+        except MissingFileError:
             continue
-        except OSError as exc:
-            log.warning("exit record %s unreadable (%s): rank %d counts as silent", path,
-                        exc, rank)
+        except UntrustedFileError as exc:
+            log.warning("%s: rank %d counts as silent", exc, rank)
             found[rank] = RankOutcome(rank)
             continue
         try:
-            found[rank] = parse_exit_record(json.loads(raw), rank=rank)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, ExitRecordError
-            reason = exc if isinstance(exc, ExitRecordError) else f"not JSON: {exc}"
+            found[rank] = parse_exit_record(raw, rank=rank)
+        except ValueError as exc:  # ExitRecordError
+            reason = exc
             log.warning("exit record %s ignored (%s): rank %d counts as silent", path,
                         reason, rank)
             found[rank] = RankOutcome(rank)

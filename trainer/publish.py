@@ -50,11 +50,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
 from airflow_ett._fs import atomic_write, fsync_dir, fsync_file
+from airflow_ett._untrusted import UntrustedFileError, load_json, read_text
 from airflow_ett.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -389,9 +390,9 @@ def _advance_latest(model_dir: Path, version: int) -> None:
 
 def _read_latest(model_dir: Path) -> int | None:
     """The version LATEST names; None when there is no (well-formed) LATEST."""
-    try:
-        text = (model_dir / LATEST).read_text(encoding="ascii").strip()
-    except (FileNotFoundError, UnicodeDecodeError):
+    try:  # `v<N>\n`: anything longer is not a LATEST
+        text = read_text(model_dir / LATEST, what="LATEST", max_bytes=64).strip()
+    except UntrustedFileError:
         return None
     m = _VERSION_DIR.match(text)
     return int(m.group(1)) if m else None
@@ -423,13 +424,17 @@ def resolve_version(path: Path) -> Path:
     return resolved
 
 
+#: A published model's manifest lists its weight files and metrics: a few KB.
+MAX_MANIFEST_BYTES: Final = 16 << 20
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of a version (or of a model directory's LATEST), format-checked."""
     file = resolve_version(path) / MANIFEST
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IntegrityError(f"{file}: unreadable: {exc}") from exc
+    try:  # bounded: a regular file of at most MAX_MANIFEST_BYTES, JSON, depth-checked
+        manifest = load_json(file, what="manifest", max_bytes=MAX_MANIFEST_BYTES)
+    except UntrustedFileError as exc:
+        raise IntegrityError(f"{file}: unreadable: {exc.reason}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise IntegrityError(f"{file}: not a published-model manifest")
     if manifest.get("format_version") != FORMAT_VERSION:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from airflow_ett._untrusted import UntrustedFileError, load_json
 
 ADMIN_USER = "admin"
 PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
@@ -15,9 +16,9 @@ def admin_password(home: Path) -> str | None:
     The api-server writes the file on its first start; a later start reuses it.
     """
     path = home / PASSWORD_FILE
-    try:
-        passwords = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # Airflow's own file, still read bounded (a few users: a few hundred bytes)
+        passwords = load_json(path, what="password file", max_bytes=1 << 20)
+    except UntrustedFileError:
         return None
     value = passwords.get(ADMIN_USER) if isinstance(passwords, dict) else None
     return str(value) if value else None

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from airflow_ett._fs import atomic_write
+from airflow_ett._untrusted import UntrustedFileError, load_json
 from airflow_ett.embedded.errors import EmbeddedAirflowError
 
 SECRETS_FILE = "embedded_secrets.json"
@@ -54,8 +55,8 @@ def load_or_create_secrets(home: Path) -> dict[str, str]:
     path = home / SECRETS_FILE
     stored: dict[str, str] = {}
     if path.is_file():
-        with contextlib.suppress(ValueError, OSError):
-            loaded = json.loads(path.read_text(encoding="utf-8"))
+        with contextlib.suppress(UntrustedFileError):  # two secrets: a few hundred bytes
+            loaded = load_json(path, what="secrets file", max_bytes=1 << 20)
             if isinstance(loaded, dict):
                 stored = {str(k): str(v) for k, v in loaded.items()}
     wanted = {

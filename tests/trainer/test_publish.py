@@ -49,6 +49,7 @@ from airflow_ett.trainer.publish import (
     publish_model,
 )
 from airflow_ett.trainer.state import TrainState
+from tests.hostile import deep_json, huge, in_thread, not_utf8
 
 JOB = {
     "model": "dlrm_tiny", "steps": 6, "batch_size": 32, "checkpoint_interval": 3,
@@ -276,6 +277,21 @@ def test_reading_what_was_never_published_names_the_path(tmp_path: Path) -> None
     (tmp_path / "m" / LATEST).write_text("v7\n")
     with pytest.raises(IntegrityError, match="names v7"):
         load_published(tmp_path / "m")
+
+
+@pytest.mark.parametrize(("kind", "make"), [("huge", huge), ("deep", deep_json),
+                                            ("not_utf8", not_utf8)])
+def test_a_hostile_manifest_or_latest_is_an_integrity_error(
+        tmp_path: Path, kind: str, make: Any) -> None:
+    """Whoever serves a model reads these: read bounded, one line naming the file."""
+    version = tmp_path / "m" / "v1"
+    version.mkdir(parents=True)
+    says = make(version / MANIFEST)
+    with pytest.raises(IntegrityError, match=f"{MANIFEST}: unreadable: {says}"):
+        in_thread(lambda: load_published(version))
+    make(tmp_path / "m" / LATEST)  # LATEST is `v<N>`: anything else names no version
+    with pytest.raises(IntegrityError, match="does not name a version"):
+        in_thread(lambda: load_published(tmp_path / "m"))
 
 
 def test_caller_metadata_is_checked_before_any_work(copy_of: TrainerConfig,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from airflow_ett.trainer.rank_failures import (
     root_cause,
     tier,
 )
+from tests.hostile import in_thread
 
 T = 1_800_000_000.0
 
@@ -168,10 +170,17 @@ def test_unreadable_records_are_warned_about_and_read_as_silent(
     (tmp_path / "rank0.json").write_text(json.dumps(record(rank=0, exit_code=0)))
     (tmp_path / "rank1.json").write_text("{not json")
     (tmp_path / "rank2.json").write_text(json.dumps([1, 2]))
+    os.mkfifo(tmp_path / "rank4.json")  # a plain open would block the launcher
+    (tmp_path / "rank5.json").symlink_to("/dev/zero")
+    (tmp_path / "rank6.json").write_text("[" * 5000 + "]" * 5000)
     with caplog.at_level(logging.WARNING, logger="airflow_ett.trainer"):
-        got = exit_records(tmp_path, 4)
-    assert [o.exit_code for o in got] == [0, None, None, None]  # 3: no file at all
-    assert "rank1.json ignored (not JSON" in caplog.text
+        got = in_thread(lambda: exit_records(tmp_path, 7))
+    # 3: no file at all; 4-6 cannot be used
+    assert [o.exit_code for o in got] == [0, None, None, None, None, None, None]
+    assert "rank1.json: not valid JSON" in caplog.text
+    assert "rank4.json: not a regular file (a FIFO): rank 4 counts as silent" in caplog.text
+    assert "rank5.json: not a regular file (a character device)" in caplog.text
+    assert "rank6.json: nested deeper than" in caplog.text
     assert "rank2.json ignored (exit record: must be a JSON object" in caplog.text
     assert exit_records(tmp_path / "none", 2) == []  # no record at all: []
 
