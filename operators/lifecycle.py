@@ -91,14 +91,13 @@ def _model_config(model: str | Mapping[str, Any]) -> str | dict[str, Any]:
     if isinstance(model, Mapping):
         return dict(model)
     if "/" in model or model.endswith(".json"):
-        import json
+        from airflow_ett._untrusted import UntrustedFileError, load_json
 
-        path = Path(model)
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        try:  # at parse time, in the DAG processor: a FIFO or /dev/zero must not hang it
+            loaded = load_json(Path(model), what="model config", max_bytes=1 << 20)
+        except UntrustedFileError as exc:
             raise JobConfigError(f"training_job: model = {model!r}: cannot read a JSON "
-                                 f"model config there: {exc}") from None
+                                 f"model config there: {exc.reason}") from None
         if not isinstance(loaded, dict):
             raise JobConfigError(f"training_job: model = {model!r}: must hold a JSON object")
         return loaded

@@ -532,7 +532,8 @@ def write_html_report(out_dir: Path, days: Sequence[DayRollup],
     out_dir.mkdir(parents=True, exist_ok=True)
     bundle = plotly_js_path().read_bytes()
     asset = out_dir / PLOTLY_JS_NAME
-    if not (asset.is_file() and asset.read_bytes() == bundle):
+    if not (asset.is_file() and asset.stat().st_size == len(bundle)
+            and asset.read_bytes() == bundle):  # sized first: never read a planted giant
         atomic_write(asset, bundle)
     index = out_dir / "index.html"
     atomic_write(index, page.encode("utf-8"))

@@ -17,6 +17,7 @@ from airflow_ett.operators import (
     training_job,
 )
 from airflow_ett.operators.errors import TrainerPreempted
+from tests.hostile import HOSTILE_JSON, in_thread
 
 
 def build(**changes: Any) -> Any:
@@ -106,6 +107,19 @@ def test_model_from_a_json_file_is_read_at_parse_time(tmp_path: Path) -> None:
     dag = build(model=str(path))
     assert dag.get_task("train").trainer_config["model"]["name"] == "mine"
     assert "ett:model=my_model" in dag.tags
+
+
+@pytest.mark.parametrize(("kind", "make"), HOSTILE_JSON)
+def test_a_hostile_model_file_is_one_line_at_parse_time(tmp_path: Path, kind: str,
+                                                        make: Any) -> None:
+    """Read in the DAG processor: a FIFO or /dev/zero would hang it, 200 MB exhaust it,
+    5,000 levels raise RecursionError. Each is the `JobConfigError` naming the option."""
+    path = tmp_path / "model.json"
+    says = make(path)
+    with pytest.raises(JobConfigError) as info:
+        in_thread(lambda: build(model=str(path)))
+    assert f"model = '{path}': cannot read a JSON model config there: {says}" in str(
+        info.value)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
