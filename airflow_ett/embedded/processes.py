@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -39,12 +40,20 @@ def _set_parent_death_signal() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
 
 
+#: The most of a log a tail reads: ample for `LOG_TAIL_LINES` lines.
+_TAIL_BYTES = 256 << 10
+
+
 def tail(path: Path, lines: int = LOG_TAIL_LINES, offset: int = 0) -> str:
-    """The last `lines` of a log from byte `offset` on (this start's part of the file)."""
+    """The last `lines` of a log from byte `offset` on (this start's part of the file),
+    reading at most its last `_TAIL_BYTES` (a day-long log is hundreds of MB)."""
     try:
         with path.open("rb") as fh:
-            fh.seek(offset)
-            text = fh.read().decode("utf-8", errors="replace")
+            start = max(offset, os.fstat(fh.fileno()).st_size - _TAIL_BYTES)
+            fh.seek(start)
+            text = fh.read(_TAIL_BYTES).decode("utf-8", errors="replace")
+            if start > offset:  # the first line is cut: drop it
+                text = text.partition("\n")[2]
     except OSError as exc:
         return f"(cannot read {path}: {exc.strerror or exc})"
     kept = text.splitlines()[-lines:]
