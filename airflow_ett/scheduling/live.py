@@ -439,15 +439,23 @@ def _exit_save_s(ordered: Sequence[_Attempt], prior: SavePrior | None) -> float 
     recent = _saves(ordered)[-EXIT_SAVE_SAMPLE:]
     if not recent:
         return prior.exit_s if prior is not None else None
-    return max(max(0.0, c.total_s) for c in recent)
+    return max(_whole_s(c) for c in recent)
+
+
+def _whole_s(c: CheckpointSaved) -> float:
+    """A save from its start to its commit (or its background's end, if later): what an
+    exit save holds the GPUs for, measured as `commit_wait_s` is, so that yielding now
+    and yielding at the next checkpoint are priced on the same clock (the commit is
+    stamped after `total_s` is taken: on a loaded host the two differ by more than a
+    small model's whole save)."""
+    return max(0.0, _complete_at(c) - c.start_ts)
 
 
 def save_time(c: CheckpointSaved) -> SaveTime:
-    """One save's figures for the prior (`save_times.SaveTime`): its whole `total_s`, and
-    its commit (its `ts`, or the end of its background part if later) past its start and
+    """One save's figures for the prior (`save_times.SaveTime`): its whole time, start to
+    commit (`_whole_s`), and its commit (its `ts`, or the end of its background part if later) past its start and
     its blocking part."""
-    total = max(0.0, c.total_s)
-    return SaveTime(total_s=total,
+    return SaveTime(total_s=_whole_s(c),
                     commit_wait_s=max(0.0, _complete_at(c) - c.start_ts - max(0.0, c.blocking_s)))
 
 

@@ -470,13 +470,15 @@ def test_before_its_first_save_a_job_takes_its_tenants_saves_for_its_own() -> No
     assert (r.next_checkpoint_in_s, r.exit_save_s, r.commit_wait_s) == (
         s.next_checkpoint_in_s, 90.0, 25.0)
     # its own first save replaces the tenant's: 8 s in all, 2 of them blocking, committed
-    # at 108 (its report at 109 is the commit: 9 s after the start, so 7 s past the block)
+    # at 108 (its report at 109 is the commit: 9 s after the start, so 7 s past the block).
+    # An exit save is priced on the commit's clock too: 9 s, never less than the commit
+    # wait it is weighed against (a yield now and one at the checkpoint on one clock)
     events += [m.checkpoint("1", 100, blocking=2, total=8, cursor=20, at=109),
                m.said("1", 102, 110, 20, 30, 200)]
     s = live_state(events, now=T0 + 120, day_start=DAY, prior=PRIOR)
     assert s is not None
     assert (s.next_checkpoint_in_s, s.exit_save_s, s.commit_wait_s) == (
-        pytest.approx(200 + 8 - 120), 8.0, 7.0)
+        pytest.approx(200 + 8 - 120), 9.0, 7.0)
     # without the prior, as before: nothing known of its saves
     bare = running(events[:3], 20)
     assert (bare.next_checkpoint_in_s, bare.exit_save_s, bare.commit_wait_s) == (
@@ -843,3 +845,20 @@ def check_the_trainers_word(events: Sequence[Event]) -> None:
         assert cut is not None and p.next_save_ts is not None
         assert cut.next_checkpoint_in_s == pytest.approx(
             max(0.0, p.next_save_ts + totals[0] - p.ts), abs=1e-3), p
+
+
+@pytest.mark.parametrize("reported_after_s", [0.1, 0.4, 3.0])
+def test_an_exit_save_never_costs_less_than_the_commit_wait_it_is_weighed_against(
+        reported_after_s: float) -> None:
+    """A small model's save: 0.1 s in all, 0.05 s blocking; its commit stamped 0.1 to 3 s
+    after its start (a loaded host stamps late). Priced on one clock, leaving now (an exit
+    save) never looks cheaper than leaving at a checkpoint due within the grace (its commit
+    wait): CI once saw 0.1 s against 0.35 s and chose to leave now."""
+    m = Maker()
+    events = [m(JobSubmitted, 0, tenant="batch"), m(AttemptStarted, 10, attempt="1"),
+              m.checkpoint("1", 100, blocking=0.05, total=0.1, cursor=20,
+                           at=100 + reported_after_s)]
+    s = live_state(events, now=T0 + 120, day_start=DAY)
+    assert s is not None and s.exit_save_s is not None and s.commit_wait_s is not None
+    assert s.exit_save_s >= s.commit_wait_s
+    assert s.exit_save_s == pytest.approx(reported_after_s)
