@@ -453,8 +453,8 @@ def _whole_s(c: CheckpointSaved) -> float:
 
 def save_time(c: CheckpointSaved) -> SaveTime:
     """One save's figures for the prior (`save_times.SaveTime`): its whole time, start to
-    commit (`_whole_s`), and its commit (its `ts`, or the end of its background part if later) past its start and
-    its blocking part."""
+    commit (`_whole_s`), and its commit (its `ts`, or the end of its background part if
+    later) past its start and its blocking part."""
     return SaveTime(total_s=_whole_s(c),
                     commit_wait_s=max(0.0, _complete_at(c) - c.start_ts - max(0.0, c.blocking_s)))
 

@@ -14,6 +14,10 @@ To write a new revision during development::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -66,11 +70,34 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
     url = _store_url(url)
     engine = make_engine(url, create=True)  # the one caller that may create a SQLite file
     try:
-        command.upgrade(make_config(url, writer(engine)), revision)
+        with _one_upgrade_at_a_time(url):
+            command.upgrade(make_config(url, writer(engine)), revision)
     except DBAPIError as exc:
         raise translate(exc, url) from exc
     finally:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def _one_upgrade_at_a_time(url: str) -> Iterator[None]:
+    """On SQLite, upgrades of one directory's stores run one at a time (an exclusive
+    `flock` on the directory, which `make_engine` has made): a fresh file's first
+    connections race to switch it to WAL and to create the version table, and SQLite
+    answers some of those races "database is locked" at once, without waiting out the
+    busy timeout (seen with three upgrades started together on a loaded host). The
+    later upgrades then find nothing to do. PostgreSQL's migrations take an advisory
+    lock instead (`migrations/env.py`)."""
+    path = sqlite_path(url)
+    if path is None or str(path).startswith("file:") or not path.parent.is_dir():
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(OSError):  # a file system without flock: as before
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def current(url: str | None = None) -> str | None:
