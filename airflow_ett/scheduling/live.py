@@ -90,8 +90,9 @@ The rules, each read from the events alone (`live_state`):
   attempt began at or after the span's `ts` (a `checkpoint_saved` start or a
   `checkpoint_save_blocking` phase: the save it announced, or a later one), and doubted
   once the announced save is `LATE_SAVE_S` late without having begun (a paused loop, a
-  hang): None then, until the next span says more. No span of the attempt carries it (an
-  older or another producer): the cadence of its saves, as follows. Its latest non-final
+  hang). A spent or doubted word, or no span of the attempt carrying one (an older or
+  another producer): the cadence of its saves decides, as follows (a spent word is the
+  common case right after a save, until the next span reaches the store). Its latest non-final
   save's start + the typical gap + the typical `total_s` - `now`. The typical gap is the
   median of the
   job's `CADENCE_SAMPLE` latest gaps between the starts of consecutive non-final saves
@@ -503,11 +504,12 @@ def _next_checkpoint_in(ordered: Sequence[_Attempt], current: _Attempt,
                         now: float, prior: SavePrior | None) -> float | None:
     """See the module docstring (`next_checkpoint_in_s`); `ordered` by attempt start."""
     reported, announced = _announced_save(current, now)
-    if reported:
+    if reported and announced is not None:
         total = _typical_save_s(ordered, prior)
-        if announced is None or total is None:
-            return None
-        return max(0.0, announced + total - now)
+        return None if total is None else max(0.0, announced + total - now)
+    # No word from the trainer, or its word is spent (the save it announced has begun,
+    # and its next word has not reached the store yet: on a loaded host that gap is
+    # seconds, right when a controller looks after a save) or late: the cadence decides
     mine = _periodic(current)
     if not mine:
         return None  # no anchor: when this attempt's interval began is unknown
