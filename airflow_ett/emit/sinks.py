@@ -112,14 +112,14 @@ class JsonlSink:
     def _read(fd: int) -> list[Event]:
         with open(fd, "rb", closefd=False) as fh:
             fh.seek(0)
-            lines = (line for _, line in bounded_lines(fh))
-            return [parse_line(line) if isinstance(line, bytes) else _raise(line)
-                    for line in lines if not isinstance(line, bytes) or line.strip()]
+            events: list[Event] = []
+            for _, line in bounded_lines(fh):
+                if isinstance(line, EventError):  # a line too long to be an event
+                    raise line
+                if line.strip():
+                    events.append(parse_line(line))
+            return events
 
     def __repr__(self) -> str:
         return f"JsonlSink({str(self.path)!r})"
 
-
-
-def _raise(error: EventError) -> Event:
-    raise error
