@@ -27,7 +27,11 @@ from airflow_ett.trainer.config import (
     config_from_mapping,
 )
 from airflow_ett.trainer.faults import FAULT_KINDS as TRAINER_FAULT_KINDS
-from airflow_ett.trainer.preflight import check_cursor_range, check_parse_time_memory
+from airflow_ett.trainer.preflight import (
+    check_cursor_range,
+    check_parse_time_memory,
+    shapes_of,
+)
 from airflow_ett.trainer.readers import Reader
 
 # Fields the operators own: a DAG file that sets them would fight the job's layout.
@@ -46,7 +50,8 @@ MAX_RETRY_DELAY_S: Final = 86_400.0
 #: One attempt's wall-clock bound: training attempts run hours to weeks; 30 days.
 MAX_ATTEMPT_TIMEOUT_S: Final = 30 * 86_400.0
 FAULT_KINDS: Final = ("none", *TRAINER_FAULT_KINDS)  # what the trigger form offers
-PARAM_NAMES: Final = ("steps", "inject_fault", "fault_at_step", "fault_attempt")
+PARAM_NAMES: Final = ("steps", "inject_fault", "fault_at_step", "fault_attempt",
+                       "data_paths", "model_config")
 
 
 class JobConfigError(ValueError):
@@ -103,7 +108,7 @@ def check_trainer_config(config: Mapping[str, Any], *, nproc: int = 1) -> Traine
         check_fault_ranks(cfg.faults, nproc)  # a fault aimed at rank 3 of 2: at parse time
         check_cursor_range(cfg.steps, cfg.batch_size, nproc,
                            Reader("trainer config", ConfigError))
-        check_parse_time_memory(cfg.model, cfg.batch_size, prefetch=cfg.prefetch,
+        check_parse_time_memory(shapes_of(cfg), cfg.batch_size, prefetch=cfg.prefetch,
                                 num_workers=cfg.num_workers, nproc=nproc,
                                 reader=Reader("trainer config", ConfigError))
     except ConfigError as exc:
@@ -147,11 +152,14 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
     """The trainer config with the trigger form's values applied.
 
     `steps` replaces the step count; `inject_fault` ("none" or a fault kind) with
-    `fault_at_step` and `fault_attempt` replaces the configured faults. Other params
-    are the DAG author's own and are left alone.
+    `fault_at_step` and `fault_attempt` replaces the configured faults; `data_paths`
+    (absolute paths or globs) replaces the data's files and `model_config` the owner
+    model's config table, for a job that has them. Other params are the DAG author's own
+    and are left alone.
     """
     out = dict(config)
     params = reader("").mapping("DAG params", params or {})
+    _apply_owner_params(config, params, out)
     if params.get("steps") is not None:
         out["steps"] = _int_param(params, "steps", 1, MAX_STEPS)
     kind = params.get("inject_fault")
@@ -170,6 +178,26 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
         if _form_fault(config.get("faults")) != _form_fault(wanted):
             out["faults"] = wanted
     return out
+
+
+def _apply_owner_params(config: Mapping[str, Any], params: Mapping[str, Any],
+                        out: dict[str, Any]) -> None:
+    """`data_paths` and `model_config` from the form, into `out` (checked as the trainer
+    will read them when the job's config is materialized)."""
+    r = reader("")
+    data = config.get("data")
+    paths = params.get("data_paths")
+    if paths is not None and isinstance(data, Mapping):
+        chosen = list(r.strings("DAG param 'data_paths'", paths))
+        for i, path in enumerate(chosen):
+            if not Path(path).is_absolute():
+                raise r.fail(f"DAG param 'data_paths'[{i}]", path, "must be an absolute path "
+                                                                   "or glob (the worker's)")
+        if chosen and chosen != list(data.get("paths", [])):
+            out["data"] = {**data, "paths": chosen}
+    model_config = params.get("model_config")
+    if model_config is not None and "model_config" in config:
+        out["model_config"] = dict(r.mapping("DAG param 'model_config'", model_config))
 
 
 def _form_fault(faults: object) -> tuple[Any, ...]:

@@ -8,6 +8,7 @@ so that a typo fails in the DAG processor's import errors, not an hour into a ru
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,7 +31,9 @@ from airflow_ett.operators.job import (
 from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
 from airflow_ett.operators.publish import PublishModelOperator
 from airflow_ett.operators.train import TorchRecTrainOperator
-from airflow_ett.trainer.config import MAX_ATTEMPT, MAX_STEPS
+from airflow_ett.trainer.config import MAX_ATTEMPT, MAX_STEPS, TrainerConfig
+from airflow_ett.trainer.model_spec import ModelSpecError, read_model_spec
+from airflow_ett.trainer.schema import read_data_spec
 
 TRAINER_OPTIMIZATIONS: Final = ("fast_batch", "parallel_init", "compile_cache",
                                 "async_checkpoint", "warm_standby")
@@ -82,7 +85,40 @@ def _faults(value: object) -> list[dict[str, Any]]:
 def _model_tag(model: str | Mapping[str, Any]) -> str:
     if isinstance(model, Mapping):
         return str(model.get("name", "custom"))
+    if ":" in model:  # an owner's factory: its module's name
+        return model.split(":", 1)[0].rsplit(".", 1)[-1]
     return Path(model).stem if ("/" in model or model.endswith((".json", ".toml"))) else model
+
+
+def _caller_dir() -> Path:
+    """The folder of the DAG file that called `training_job` (two frames up): where an
+    owner's model package and relative data paths are looked for, as they are written
+    beside the DAG."""
+    frame = sys._getframe(2)
+    return Path(frame.f_code.co_filename).resolve().parent
+
+
+def _owner_parts(model: str | Mapping[str, Any], model_config: object, data: object,
+                 here: Path) -> dict[str, Any]:
+    """The trainer config's `model_config`, `model_code_path` and `data` for an owner's
+    model or data, resolved now: the module found (not imported) from the DAG's folder,
+    relative data paths made absolute, everything checked (one line each)."""
+    out: dict[str, Any] = {}
+    if isinstance(model, str) and ":" in model:
+        try:
+            spec = read_model_spec(model, model_config, where="training_job", search=[here])
+        except ModelSpecError as exc:
+            raise JobConfigError(str(exc)) from None
+        out["model_config"] = dict(spec.config)
+        if spec.code_path is not None:
+            out["model_code_path"] = str(spec.code_path)
+    elif model_config is not None:
+        raise _R.fail("model_config", model_config, "is for a model given by import path "
+                                                    "('pkg.module:build')")
+    if data is not None:
+        out["data"] = read_data_spec(data, base=here, where="training_job",
+                                     error=JobConfigError).to_dict()
+    return out
 
 
 def _model_config(model: str | Mapping[str, Any]) -> str | dict[str, Any]:
@@ -142,11 +178,41 @@ Optimizations on: {on}.
 """
 
 
+def _form_params(steps: int, cfg: TrainerConfig, trainer_config: Mapping[str, Any]
+                 ) -> dict[str, Param]:
+    """The trigger form: steps, one injected fault, and an owner job's data paths and
+    model config."""
+    first_fault = cfg.faults[0] if cfg.faults else None  # validated: no int() truncation
+    params = {
+        "steps": Param(steps, type="integer", minimum=1, maximum=MAX_STEPS,
+                       description="training steps"),
+        "inject_fault": Param(first_fault.kind if first_fault else "none",
+                              enum=list(FAULT_KINDS),
+                              description="inject one failure into the trainer"),
+        "fault_at_step": Param(first_fault.at_step if first_fault else 1, type="integer",
+                               minimum=1, maximum=MAX_STEPS,
+                               description="the step after which the failure happens"),
+        "fault_attempt": Param((first_fault.attempt or 1) if first_fault else 1,
+                               type="integer", minimum=1, maximum=MAX_ATTEMPT,
+                               description="the trainer attempt it happens on"),
+    }
+    if "data" in trainer_config:
+        params["data_paths"] = Param(trainer_config["data"]["paths"], type="array",
+                                     items={"type": "string"}, minItems=1,
+                                     description="the data's files: absolute paths or globs")
+    if "model_config" in trainer_config:
+        params["model_config"] = Param(trainer_config["model_config"], type="object",
+                                       description="the table passed to the model's factory")
+    return params
+
+
 def training_job(
     dag_id: str,
     *,
     model: str | Mapping[str, Any],
     steps: int,
+    model_config: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
     tenant: str = "default",
     schedule: Any = None,
     start_date: datetime | None = None,
@@ -167,9 +233,17 @@ def training_job(
 ) -> DAG:
     """Build a lifecycle DAG: `prewarm_compile_cache >> train >> publish_model`.
 
-    :param model: a bundled model name (`dlrm_tiny`, `dlrm_small`, `dlrm_criteo_1m`), a
-        path to a JSON model config, or the config as a mapping.
+    :param model: your model's factory as an import path (`"ranking.towers:build"`, the
+        module found beside this DAG file or installed; the contract:
+        docs/model-contract.md), a bundled DLRM's name (`dlrm_tiny`, `dlrm_small`,
+        `dlrm_criteo_1m`), a path to a JSON DLRM config, or that config as a mapping.
     :param steps: training steps (the trigger form can change it per run).
+    :param model_config: the table passed to your factory (`ModelContext.config`); the
+        trigger form's `model_config` can replace it per run.
+    :param data: your files: `{format: criteo_tsv | criteo_npy | parquet, paths: glob or
+        list (relative ones beside this DAG file), schema: {label, dense, sparse},
+        max_bad_rows}` (docs/model-contract.md); the trigger form's `data_paths` can
+        replace the paths per run. Default for a bundled DLRM: its generated log.
     :param tenant: the owning tenant (reports, and later scheduling priorities).
     :param checkpoint_interval: steps (int), seconds ("30s"), or "auto" (Young/Daly from
         this job's measured checkpoint cost and failure history).
@@ -196,6 +270,7 @@ def training_job(
     :param dag_kwargs: passed to `airflow.sdk.DAG` (description, catchup, ...).
     """
     _R.text("dag_id", dag_id)
+    here = _caller_dir()
     if not isinstance(model, str | Mapping) or (isinstance(model, str) and not model.strip()):
         raise _R.fail("model", model, "must be a bundled model's name, a path to a JSON model "
                                       "config, or the config as a mapping")
@@ -220,13 +295,15 @@ def training_job(
     options = {} if trainer_options is None else dict(
         _R.mapping("trainer_options", trainer_options))
     clashing = sorted(set(options) & {"model", "steps", "checkpoint_interval", "faults",
-                                      "optimizations"})
+                                      "optimizations", "model_config", "model_code_path",
+                                      "data"})
     if clashing:
         raise JobConfigError(f"training_job: trainer_options {clashing} have their own "
                              "parameters")
     trainer_config: dict[str, Any] = {
         **options,
         "model": _model_config(model),
+        **_owner_parts(model, model_config, data, here),
         "steps": steps,
         "checkpoint_interval": checkpoint_interval,
         "faults": fault_list,
@@ -234,20 +311,7 @@ def training_job(
     }
     cfg = check_trainer_config(trainer_config, nproc=nproc)
 
-    first_fault = cfg.faults[0] if cfg.faults else None  # validated: no int() truncation
-    params = {
-        "steps": Param(steps, type="integer", minimum=1, maximum=MAX_STEPS,
-                       description="training steps"),
-        "inject_fault": Param(first_fault.kind if first_fault else "none",
-                              enum=list(FAULT_KINDS),
-                              description="inject one failure into the trainer"),
-        "fault_at_step": Param(first_fault.at_step if first_fault else 1, type="integer",
-                               minimum=1, maximum=MAX_STEPS,
-                               description="the step after which the failure happens"),
-        "fault_attempt": Param((first_fault.attempt or 1) if first_fault else 1,
-                               type="integer", minimum=1, maximum=MAX_ATTEMPT,
-                               description="the trainer attempt it happens on"),
-    }
+    params = _form_params(steps, cfg, trainer_config)
     common: dict[str, Any] = {"trainer_config": trainer_config, "nproc": nproc,
                               "work_dir": work_dir, "record": record}
 

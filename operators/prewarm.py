@@ -65,7 +65,7 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
                 trainer_cache_key,
             )
 
-            key = trainer_cache_key(cfg.model.to_dict(), device_kind(None),
+            key = trainer_cache_key(cfg.cache_identity(), device_kind(None),
                                     batch_size=cfg.batch_size, world_size=self.nproc)
             cache = CompileCache(paths.compile_cache_dir)
             if cache.has(key):

@@ -18,7 +18,15 @@ from airflow_ett._untrusted import UntrustedFileError, load_json, load_toml
 from airflow_ett.ett.events import MAX_WORLD_SIZE
 from airflow_ett.trainer.faults import FAULT_KINDS, SLOW_SAVE_S, FaultKind
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
+from airflow_ett.trainer.model_spec import (
+    DLRM_FACTORY,
+    ModelSpec,
+    ModelSpecError,
+    code_identity,
+    read_model_spec,
+)
 from airflow_ett.trainer.readers import Reader, show
+from airflow_ett.trainer.schema import DataSpec, DataSpecError, read_data_spec, synthetic
 
 
 class ConfigError(ValueError):
@@ -100,7 +108,7 @@ class Optimizations:
 
 @dataclass(frozen=True, slots=True)
 class TrainerConfig:
-    model: ModelConfig
+    model: ModelSpec
     steps: int
     checkpoint_dir: Path
     seed: int = 1234
@@ -121,8 +129,22 @@ class TrainerConfig:
     events_file: Path | None = None  # write events here instead of the ETT store
     faults: tuple[FaultSpec, ...] = ()
     optimizations: Optimizations = field(default_factory=Optimizations)
+    data: DataSpec = field(default_factory=lambda: _bundled_data(BUNDLED_DEFAULT))
 
     # -- derived ---------------------------------------------------------------------
+    @property
+    def model_identity(self) -> str:
+        """What this job's checkpoints and compile-cache entries are tied to: the
+        factory, its code, its config and the data schema (`ModelSpec.identity`)."""
+        return self.model.identity(self.data.schema.fingerprint())
+
+    def cache_identity(self) -> dict[str, Any]:
+        """The model part of the compile-cache key: everything of the identity, readable
+        in the key's inputs (no path: two folders holding the same code share entries)."""
+        return {"name": self.model.name, "factory": self.model.factory,
+                "code": self.model.code, "config": dict(self.model.config),
+                "schema": self.data.schema.to_dict()}
+
     def interval_steps(self) -> int | None:
         value = self.checkpoint_interval
         return value if isinstance(value, int) else None
@@ -257,10 +279,7 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
             return _R.number(name, value, above=0, maximum=maximum)
         return _R.number(name, value, minimum=0, maximum=maximum)
 
-    try:
-        model = resolve_model_config(data["model"])
-    except ModelConfigError as exc:
-        raise ConfigError(str(exc)) from None
+    model, data_spec = _model_and_data(data, base)
     opts_raw = _optimizations(data.get("optimizations", {}))
     checkpoint_dir = path("checkpoint_dir")
     if checkpoint_dir is None:
@@ -293,7 +312,57 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         events_file=path("events_file"),
         faults=faults,
         optimizations=Optimizations(**opts_raw),
+        data=data_spec,
     )
+
+
+BUNDLED_DEFAULT = "dlrm_tiny"
+_DLRM_FILE = Path(__file__).resolve().parent / "models" / "dlrm.py"
+_DLRM_CODE: list[str] = []  # computed once per process: the bundled factory's source hash
+
+
+def _dlrm_spec(config: ModelConfig) -> ModelSpec:
+    if not _DLRM_CODE:
+        _DLRM_CODE.append(code_identity(_DLRM_FILE, DLRM_FACTORY.split(":")[0]))
+    arch = {k: v for k, v in config.to_dict().items()
+            if k in ("embedding_dim", "dense_arch", "over_arch")}
+    return ModelSpec(name=config.name, factory=DLRM_FACTORY, config=arch, code=_DLRM_CODE[0])
+
+
+def _bundled_data(name: str) -> DataSpec:
+    from airflow_ett.trainer.model_config import BUNDLED
+
+    config = BUNDLED[name]
+    return synthetic(config.num_dense, config.tables, config.ids_per_feature)
+
+
+def _model_and_data(data: Mapping[str, Any], base: Path) -> tuple[ModelSpec, DataSpec]:
+    """`model`: a bundled DLRM's name or full config (its synthetic log unless `data`
+    says otherwise), or an owner's factory `"pkg.module:build"` with `model_config`
+    beside it and `data` required. One `ConfigError` line for anything wrong."""
+    raw = data["model"]
+    try:
+        if isinstance(raw, str) and ":" in raw:
+            code_path = data.get("model_code_path")
+            spec = read_model_spec(raw, data.get("model_config"), code_path=None if
+                                   code_path is None else _R.path("model_code_path",
+                                                                  code_path, base=base))
+            if "data" not in data:
+                raise _bad("data", None, f"missing: model {raw!r} trains on files of yours "
+                                         "(data = {format, paths, schema})")
+        else:
+            for own in ("model_config", "model_code_path"):
+                if own in data:
+                    raise _bad(own, data[own], "is for a model given by import path "
+                                               "('pkg.module:build'); a bundled model's "
+                                               "config is a mapping given as model")
+            dlrm = resolve_model_config(raw)
+            spec = _dlrm_spec(dlrm)
+            if "data" not in data:
+                return spec, synthetic(dlrm.num_dense, dlrm.tables, dlrm.ids_per_feature)
+        return spec, read_data_spec(data["data"], base=base)
+    except (ModelConfigError, ModelSpecError, DataSpecError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 #: A trainer config is a few KB (the model's tables, the optimizations, paths); past this
@@ -307,7 +376,7 @@ def _check_top_level(data: object) -> None:
     """A table, with no field this trainer does not know and every required one present."""
     if not isinstance(data, Mapping):
         raise _bad("(top level)", data, "must be a table / JSON object")
-    known = {f.name for f in fields(TrainerConfig)}
+    known = {f.name for f in fields(TrainerConfig)} | {"model_config", "model_code_path"}
     unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise ConfigError(f"trainer config: unknown field(s) {unknown}; known: {sorted(known)}")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -33,10 +33,10 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from airflow_ett.trainer.data_gen import (
     ClickLogSpec,
     RawBatch,
+    Source,
     WorkerPool,
     _check_rank,
     check_cursor,
-    generate_rank_batch,
 )
 
 __all__ = ["Batch", "ClickLogSpec", "DataPipeline", "fast_batch", "make_batch"]
@@ -49,9 +49,9 @@ FAST_BATCH_CURSOR = -1
 class Batch:
     """One rank's training batch and the global cursor range of its step.
 
-    `sparse` is a KeyedJaggedTensor keyed by the spec's feature names, int64 values and
-    int32 lengths all equal to `ids_per_feature`. `cursor_start`/`cursor_end` are
-    `FAST_BATCH_CURSOR` (-1) for a fast batch.
+    `sparse` is a KeyedJaggedTensor keyed by the source's feature names (int64 values,
+    int32 lengths). `cursor_start`/`cursor_end` are `FAST_BATCH_CURSOR` (-1) for a fast
+    batch. `skipped`/`problems`: this rank's bad rows of the range (`RawBatch`).
     """
 
     dense: torch.Tensor
@@ -59,6 +59,16 @@ class Batch:
     labels: torch.Tensor
     cursor_start: int
     cursor_end: int
+    skipped: int = 0
+    problems: tuple[str, ...] = ()
+
+    def model_input(self) -> Any:
+        """What the model contract's `module(batch)` gets: TorchRec's own `Batch`
+        (`dense_features`, `sparse_features`, `labels`), the same tensors, no copy."""
+        from torchrec.datasets.utils import Batch as TorchRecBatch
+
+        return TorchRecBatch(dense_features=self.dense, sparse_features=self.sparse,
+                             labels=self.labels)
 
     @property
     def is_fast(self) -> bool:
@@ -81,6 +91,8 @@ class Batch:
             labels=self.labels.to(dev, non_blocking=non_blocking),
             cursor_start=self.cursor_start,
             cursor_end=self.cursor_end,
+            skipped=self.skipped,
+            problems=self.problems,
         )
 
     def pin_memory(self) -> Batch:
@@ -93,6 +105,8 @@ class Batch:
             labels=self.labels.pin_memory(),
             cursor_start=self.cursor_start,
             cursor_end=self.cursor_end,
+            skipped=self.skipped,
+            problems=self.problems,
         )
 
 
@@ -103,61 +117,52 @@ def _tensor(array: npt.NDArray[np.generic]) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
-def _build(
-    spec: ClickLogSpec,
-    dense: npt.NDArray[np.float32],
-    ids: npt.NDArray[np.int64],
-    labels: npt.NDArray[np.float32],
-    cursor_start: int,
-    cursor_end: int,
-) -> Batch:
+def _build(source: Source, raw: RawBatch) -> Batch:
     """The single place batches are assembled, so real and fast batches cannot differ in
-    shape, dtype or KJT layout (`ids` is `[F, B, L]`: key-major, as KJT values are)."""
-    b = spec.batch_size
-    lengths = torch.full((spec.num_features * b,), spec.ids_per_feature, dtype=torch.int32)
+    dtype or KJT layout."""
     sparse = KeyedJaggedTensor.from_lengths_sync(
-        keys=spec.feature_names, values=_tensor(ids.reshape(-1)), lengths=lengths
+        keys=source.feature_names, values=_tensor(raw.values), lengths=_tensor(raw.lengths)
     )
     return Batch(
-        dense=_tensor(dense),
+        dense=_tensor(raw.dense),
         sparse=sparse,
-        labels=_tensor(labels),
-        cursor_start=cursor_start,
-        cursor_end=cursor_end,
+        labels=_tensor(raw.labels),
+        cursor_start=raw.cursor_start,
+        cursor_end=raw.cursor_end,
+        skipped=raw.skipped,
+        problems=raw.problems,
     )
 
 
-def _from_raw(spec: ClickLogSpec, raw: RawBatch) -> Batch:
-    return _build(spec, raw.dense, raw.ids, raw.labels, raw.cursor_start, raw.cursor_end)
-
-
-def make_batch(spec: ClickLogSpec, cursor: int, *, rank: int = 0, world_size: int = 1) -> Batch:
-    """The batch at global `cursor`, generated inline (no workers).
+def make_batch(source: Source, cursor: int, *, rank: int = 0, world_size: int = 1) -> Batch:
+    """The batch at global `cursor`, made inline (no workers), from a prepared source.
 
     With the defaults it holds samples `[cursor, cursor + batch_size)`. With `world_size`
     W it is rank `rank`'s share of the global batch `[cursor, cursor + W*B)`, and its
     cursor range is that global range.
     """
-    return _from_raw(spec, generate_rank_batch(spec, cursor, rank, world_size))
+    return _build(source, source.rank_batch(cursor, rank, world_size))
 
 
-def fast_batch(spec: ClickLogSpec) -> Batch:
-    """A batch with exactly the real shapes and dtypes, made without the pipeline.
+def fast_batch(source: Source) -> Batch:
+    """A batch with exactly the real shapes and dtypes, made from the schema alone.
 
-    Cheap (constant fills, no hashing) and independent of any worker, so compilation can
-    start while the pipeline is still starting. All ids are 0 (a valid row of every
-    table); labels are 0. Its cursors are -1: it is not data. Use it to trace and compile,
-    not to train: an optimizer step on it would change the weights.
+    Cheap (constant fills) and independent of any file or worker, so compilation can
+    start while the pipeline is still starting. Every feature has its `max_ids` ids per
+    sample, all 0 (a valid row of every table); labels are 0. Its cursors are -1: it is
+    not data. Use it to trace and compile, not to train: an optimizer step on it would
+    change the weights.
     """
-    b, f, ell = spec.batch_size, spec.num_features, spec.ids_per_feature
-    return _build(
-        spec,
-        dense=np.zeros((b, spec.num_dense), dtype=np.float32),
-        ids=np.zeros((f, b, ell), dtype=np.int64),
-        labels=np.zeros((b,), dtype=np.float32),
+    b = source.batch_size
+    lengths = np.repeat(np.asarray(source.max_ids, dtype=np.int32), b)
+    return _build(source, RawBatch(
         cursor_start=FAST_BATCH_CURSOR,
         cursor_end=FAST_BATCH_CURSOR,
-    )
+        dense=np.zeros((b, source.num_dense), dtype=np.float32),
+        values=np.zeros(int(lengths.sum()), dtype=np.int64),
+        lengths=lengths,
+        labels=np.zeros((b,), dtype=np.float32),
+    ))
 
 
 class DataPipeline:
@@ -188,7 +193,7 @@ class DataPipeline:
 
     def __init__(
         self,
-        spec: ClickLogSpec,
+        spec: Source,
         start_cursor: int | None = 0,
         num_workers: int = 1,
         prefetch: int = 4,
@@ -218,18 +223,8 @@ class DataPipeline:
         self._step = spec.batch_size * world_size
         self._cursor = self._start_cursor or 0
         self._next_cursor = self._cursor  # inline mode: the batch to generate next
-        self._pool: WorkerPool | None = None
-        if num_workers > 0:
-            self._pool = WorkerPool(
-                spec,
-                start_cursor=self._start_cursor,
-                num_workers=num_workers,
-                prefetch=prefetch,
-                rank=rank,
-                world_size=world_size,
-                startup_latency_s=self._startup_latency_s,
-                inject_failure_at=inject_failure_at,
-            )
+        self._prefetch = prefetch
+        self._pool: WorkerPool | None = None  # made by `start`, once the source is prepared
         self._lock = threading.Lock()
         self._pending: Batch | None = None  # fetched by wait_ready, not yet handed out
         self._started_at: float | None = None
@@ -248,7 +243,19 @@ class DataPipeline:
                 return
             self._started = True
             self._started_at = time.monotonic()
-            if self._pool is not None:
+            # files are indexed (and their schema checked) once, here; workers share it
+            self._spec = self._spec.prepare()
+            if self._num_workers > 0:
+                self._pool = WorkerPool(
+                    self._spec,
+                    start_cursor=self._start_cursor,
+                    num_workers=self._num_workers,
+                    prefetch=self._prefetch,
+                    rank=self._rank,
+                    world_size=self._world_size,
+                    startup_latency_s=self._startup_latency_s,
+                    inject_failure_at=self._inject_failure_at,
+                )
                 self._pool.start()
 
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -337,7 +344,7 @@ class DataPipeline:
         if self._start_cursor is None:
             raise RuntimeError("data pipeline has no start cursor yet (set_start_cursor)")
         if self._pool is not None:
-            batch = _from_raw(self._spec, self._pool.get(timeout))
+            batch = _build(self._spec, self._pool.get(timeout))
         else:
             cursor = self._next_cursor
             if self._first_batch_s is None and self._startup_latency_s > 0:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue as MPQueue
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,7 @@ import numpy.typing as npt
 __all__ = [
     "ClickLogSpec",
     "RawBatch",
+    "Source",
     "WorkerPool",
     "check_cursor",
     "generate_rank_batch",
@@ -163,20 +164,62 @@ class ClickLogSpec:
     def num_features(self) -> int:
         return len(self.tables)
 
+    @property
+    def max_ids(self) -> tuple[int, ...]:
+        """Ids per sample of each feature (all `ids_per_feature`): the fast batch's."""
+        return (self.ids_per_feature,) * len(self.tables)
+
+    def prepare(self) -> ClickLogSpec:
+        """Nothing to index: every sample is generated from its cursor."""
+        return self
+
+    def rank_batch(self, cursor: int, rank: int = 0, world_size: int = 1) -> RawBatch:
+        return generate_rank_batch(self, cursor, rank, world_size)
+
 
 class RawBatch(NamedTuple):
     """One rank's batch as numpy arrays: what crosses the process boundary.
 
-    `ids` is `[num_features, batch, ids_per_feature]` int64, i.e. already in the
-    KeyedJaggedTensor's key-major value order once flattened. `cursor_start/end` are the
-    GLOBAL range of the step (all ranks together), not this rank's rows.
+    `values` (int64) and `lengths` (int32, `num_features * rows`) are the sparse ids in
+    the KeyedJaggedTensor's key-major order. `cursor_start/end` are the GLOBAL range of
+    the step (all ranks together), not this rank's rows. `skipped` counts this rank's
+    rows of that range that could not be read (bad rows: the batch has that many rows
+    fewer), `problems` says what was wrong with the first few, each naming file, row and
+    column.
     """
 
     cursor_start: int
     cursor_end: int
     dense: npt.NDArray[np.float32]
-    ids: npt.NDArray[np.int64]
+    values: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int32]
     labels: npt.NDArray[np.float32]
+    skipped: int = 0
+    problems: tuple[str, ...] = ()
+
+
+class Source(Protocol):
+    """Where a pipeline's batches come from: the generated log (`ClickLogSpec`) or the
+    owner's files (`files.FileSource`). Picklable (it crosses into spawned workers),
+    torch-free. `prepare` runs once, in the consumer, before workers start (indexing
+    files: what every worker then shares); `rank_batch` is a pure function of the cursor
+    for a prepared source."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def feature_names(self) -> list[str]: ...
+
+    @property
+    def num_dense(self) -> int: ...
+
+    @property
+    def max_ids(self) -> tuple[int, ...]: ...
+
+    def prepare(self) -> Source: ...
+
+    def rank_batch(self, cursor: int, rank: int = 0, world_size: int = 1) -> RawBatch: ...
 
 
 class _Params:
@@ -266,7 +309,8 @@ def generate_rank_batch(
     _check_rank(rank, world_size)
     b = spec.batch_size
     dense, ids, labels = generate_samples(spec, cursor + rank * b, b)
-    return RawBatch(cursor, cursor + world_size * b, dense, ids, labels)
+    lengths = np.full(spec.num_features * b, spec.ids_per_feature, dtype=np.int32)
+    return RawBatch(cursor, cursor + world_size * b, dense, ids.reshape(-1), lengths, labels)
 
 
 def _check_rank(rank: object, world_size: object) -> None:
@@ -328,7 +372,7 @@ def _worker_entry(*args: Any) -> None:
 
 
 def _worker_main(
-    spec: ClickLogSpec,
+    spec: Source,
     worker_id: int,
     num_workers: int,
     start_at: Any,  # a shared `multiprocessing.Value`: the start cursor, -1 while unknown
@@ -361,7 +405,7 @@ def _worker_main(
             cursor = start_cursor + index * world_size * spec.batch_size
             if fail_at is not None and cursor + world_size * spec.batch_size > fail_at:
                 raise RuntimeError(f"injected failure (inject_failure_at={fail_at})")
-            message = ("batch", index, generate_rank_batch(spec, cursor, rank, world_size))
+            message = ("batch", index, spec.rank_batch(cursor, rank, world_size))
             while True:
                 if stop.is_set() or os.getppid() != parent_pid:
                     out.cancel_join_thread()
@@ -431,7 +475,7 @@ class WorkerPool:
 
     def __init__(
         self,
-        spec: ClickLogSpec,
+        spec: Source,
         *,
         start_cursor: int | None,
         num_workers: int,

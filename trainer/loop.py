@@ -44,6 +44,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from airflow_ett.emit import Emitter, JsonlSink
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import TrainerConfig
+from airflow_ett.trainer.contract import ModelContractError, warm_compile
 from airflow_ett.trainer.faults import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
@@ -55,7 +56,7 @@ from airflow_ett.trainer.faults import (
     PreemptionFlag,
     exit_record,
 )
-from airflow_ett.trainer.model import build_dlrm, compile_dense, dense_modules
+from airflow_ett.trainer.model import build_for, shard, single_process
 from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
 from airflow_ett.trainer.watchdog import HangWatchdog
 
@@ -63,7 +64,8 @@ if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) l
     from airflow_ett.scheduling.request import PreemptRequest
     from airflow_ett.trainer.checkpoint import CheckpointManager, SaveResult
     from airflow_ett.trainer.compile_cache import CompileCache
-    from airflow_ett.trainer.data import Batch, ClickLogSpec, DataPipeline
+    from airflow_ett.trainer.data import Batch, DataPipeline
+    from airflow_ett.trainer.data_gen import Source
     from airflow_ett.trainer.standby import PhaseRecorder
 
 log = logging.getLogger("airflow_ett.trainer")
@@ -201,6 +203,8 @@ class Trainer:
     pipeline: DataPipeline = field(init=False, repr=False)
     step: int = 0
     cursor: int = 0
+    bad_rows: int = 0  # data rows skipped so far by this job (checkpointed with the cursor)
+    compile_names: tuple[str, ...] = ()  # the model's parts to compile (the contract's)
     # per step being saved: (save start time, final save?, data cursor), until committed
     saves_in_flight: dict[int, tuple[float, bool, int]] = field(default_factory=dict)
     # the step of the latest save begun (committed once `manager.wait` returns)
@@ -214,17 +218,19 @@ class Trainer:
 
     # -- start-up ------------------------------------------------------------------------
 
-    def _spec(self) -> ClickLogSpec:
-        from airflow_ett.trainer.data import ClickLogSpec
+    def _source(self) -> Source:
+        """Where the batches come from: the generated log or the owner's files."""
+        cfg = self.cfg
+        if cfg.data.is_files:
+            from airflow_ett.trainer.files import file_source
 
-        m = self.cfg.model
-        return ClickLogSpec(
-            seed=self.cfg.seed,
-            num_dense=m.num_dense,
-            tables=m.tables,
-            ids_per_feature=m.ids_per_feature,
-            batch_size=self.cfg.batch_size,
-        )
+            return file_source(cfg.data, cfg.batch_size)
+        from airflow_ett.trainer.data_gen import ClickLogSpec
+
+        schema = cfg.data.schema
+        return ClickLogSpec(seed=cfg.seed, num_dense=schema.num_dense, tables=schema.tables,
+                            ids_per_feature=cfg.data.ids_per_feature,
+                            batch_size=cfg.batch_size)
 
     def _data_pipeline(self, start_cursor: int | None) -> DataPipeline:
         """This rank's pipeline from `start_cursor` (created, not started; None: a cursor
@@ -233,7 +239,7 @@ class Trainer:
 
         cfg = self.cfg
         return DataPipeline(
-            self._spec(),
+            self._source(),
             start_cursor=start_cursor,
             num_workers=cfg.num_workers,
             prefetch=cfg.prefetch,
@@ -277,12 +283,14 @@ class Trainer:
             return None
 
     def _build_model(self) -> None:
+        """The owner's model through the contract; sharded with more than one process."""
         cfg, env = self.cfg, self.env
+        built = build_for(cfg, device=env.device, world_size=env.world_size)
+        self.compile_names = tuple(built.compile)
         if env.world_size == 1:
-            self.model = build_dlrm(cfg.model, seed=cfg.seed, device=env.device)
-            self.optimizers = {"all": torch.optim.Adagrad(self.model.parameters(), lr=cfg.lr_dense)}
-            return
-        self.model, self.optimizers = _build_sharded(cfg, env)
+            self.model, self.optimizers = single_process(cfg, built)
+        else:
+            self.model, self.optimizers = shard(cfg, built, env.device)
 
     def _train_state(self) -> TrainState:
         return TrainState(self.model, self.optimizers, sharded=self.env.world_size > 1)
@@ -305,24 +313,10 @@ class Trainer:
         return extra
 
     def _compile_on(self, batch: Batch) -> None:
-        """Compile the dense arches by running them forward and backward on `batch` with
-        the embeddings detached: no parameter is updated (the tables' fused optimizer
+        """Compile the model's named parts by running it forward and backward on `batch`
+        with the tables detached: no parameter is updated (the tables' fused optimizer
         would step in backward), yet the graphs are exactly those training will run."""
-        compile_dense(self.model)
-        dense_arch, inter_arch, over_arch = dense_modules(self.model)
-        inner: Any = getattr(self.model, "module", self.model)  # unwrap DMP
-        with torch.no_grad():
-            pooled = inner.model.sparse_arch(batch.sparse)  # [B, F, D], not compiled
-        pooled = pooled.detach().requires_grad_()  # as in training: a grad flows back
-        logits = over_arch(
-            inter_arch(dense_features=dense_arch(batch.dense), sparse_features=pooled)
-        ).squeeze(-1)
-        torch.autograd.backward(
-            torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
-        )
-        for module in (dense_arch, inter_arch, over_arch):
-            for p in module.parameters():
-                p.grad = None
+        warm_compile(self.model, self.compile_names, batch.model_input())
 
     def _compile_cache(self) -> CompileCache | None:
         if not (
@@ -338,7 +332,7 @@ class Trainer:
         from airflow_ett.trainer.compile_cache import device_kind, trainer_cache_key
 
         return trainer_cache_key(
-            self.cfg.model.to_dict(), device_kind(self.env.device),
+            self.cfg.cache_identity(), device_kind(self.env.device),
             batch_size=self.cfg.batch_size, world_size=world_size or self.env.world_size,
         )
 
@@ -375,7 +369,7 @@ class Trainer:
             self._build_model()
         cache = self._compile_cache()
         if self.cfg.compile and self._compile(
-                fast_batch(self._spec()).to(self.env.device), cache, phases):
+                fast_batch(self._source()).to(self.env.device), cache, phases):
             self._cache_to_save = cache
         self._warmed = True
 
@@ -442,7 +436,7 @@ class Trainer:
                     restored = self._restore()
                 self._resume_from(restored)
             if cfg.compile and cfg.optimizations.fast_batch and not self._warmed:
-                missed.append(self._compile(fast_batch(self._spec()).to(self.env.device), cache))
+                missed.append(self._compile(fast_batch(self._source()).to(self.env.device), cache))
 
         if cfg.optimizations.parallel_init:
             data_thread = threading.Thread(target=start_data, name="ett-data-init")
@@ -461,6 +455,7 @@ class Trainer:
         if restored is not None:
             self.step = int(restored["step"])
             self.cursor = int(restored["cursor"])
+            self.bad_rows = int(restored.get("bad_rows", 0))
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -507,8 +502,9 @@ class Trainer:
             "rng": rng_state(),
             "model": self.cfg.model.name,
             # what preflight compares, so another model's job refuses this directory
-            "model_identity": self.cfg.model.identity(),
+            "model_identity": self.cfg.model_identity,
             "world_size": self.env.world_size,
+            "bad_rows": self.bad_rows,
         }
         return self.manager.save(self.step, {"train": self._train_state()}, extra)
 
@@ -655,6 +651,8 @@ class Trainer:
 
     def _step(self, batch: Batch, progress: Progress) -> tuple[float, float]:
         """One training step on `batch`, recorded; returns (loss, when it ended)."""
+        if batch.skipped:
+            self._count_bad_rows(batch)
         batch = batch.to(self.env.device)
         if self.manager.staging_pending:  # the last save's copy lands before any update
             # No phase of its own: a `checkpoint_save_blocking` opened here would read as
@@ -692,8 +690,25 @@ class Trainer:
             )
             self._cache_saver.start()
 
+    def _count_bad_rows(self, batch: Batch) -> None:
+        """Bad rows of this batch against `data.max_bad_rows` (a job's count, kept in its
+        checkpoints): each named in the log, and past the limit a `DataError`."""
+        from airflow_ett.trainer.files import DataError
+
+        self.bad_rows += batch.skipped
+        for problem in batch.problems:
+            log.warning("bad row skipped: %s", problem)
+        if batch.skipped > len(batch.problems):
+            log.warning("%d more bad rows skipped in the batch at cursor %d",
+                        batch.skipped - len(batch.problems), batch.cursor_start)
+        limit = self.cfg.data.max_bad_rows
+        if self.bad_rows > limit:
+            last = batch.problems[-1] if batch.problems else "see the log"
+            raise DataError(f"data: {self.bad_rows} bad rows, more than max_bad_rows = {limit}"
+                            f" (the last: {last})")
+
     def _train_step(self, batch: Batch) -> torch.Tensor:
-        loss: torch.Tensor = self.model(batch.dense, batch.sparse, batch.labels)[0]
+        loss: torch.Tensor = self.model(batch.model_input())[0]
         torch.autograd.backward(loss)
         for opt in self.optimizers.values():
             opt.step()
@@ -786,6 +801,50 @@ class Trainer:
                     log.warning("teardown: %s", exc)
 
 
+def _train(trainer: Trainer, emitter: Emitter, warm_up: _WarmUp | None) -> int:
+    """Start (a spare: report its warm-up first), train, finish; the attempt's end
+    reported. Returns the exit code."""
+    if warm_up is not None:
+        warm_up.report(emitter)
+    code = trainer.train(trainer.start())
+    if code == EXIT_OK:
+        trainer.finish()
+        emitter.attempt_ended("success", exit_code=EXIT_OK)
+        exit_record.reported(None)
+        return code
+    exit_record.failed(time.time())
+    emitter.attempt_ended("failed", cause="preemption", exit_code=code,
+                          message=_preempted_message(trainer.left_for))
+    exit_record.reported("preemption")
+    return code
+
+
+def _refused(exc: Exception, ident: Identity, emitter: Emitter) -> int:
+    """The owner's code or data refused (the contract, a bad file, too many bad rows):
+    retrying will not change either, so one line and exit 78, as a bad config."""
+    exit_record.failed(time.time(), str(exc))
+    log.error("attempt %s: %s", ident.attempt_id, exc)
+    exit_record.reported("application")
+    emitter.attempt_ended("failed", cause="application", exit_code=EXIT_BAD_CONFIG,
+                          message=str(exc)[:500])
+    return EXIT_BAD_CONFIG
+
+
+def _crashed(exc: BaseException, ident: Identity, emitter: Emitter) -> None:
+    """Any other failure: the traceback in the log, the attempt failed (application)."""
+    exit_record.failed(time.time(), f"{type(exc).__name__}: {exc}")
+    log.exception("attempt %s failed", ident.attempt_id)
+    exit_record.reported("application")
+    emitter.attempt_ended("failed", cause="application", exit_code=EXIT_APPLICATION,
+                          message=f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _data_error() -> type[Exception]:
+    from airflow_ett.trainer.files import DataError
+
+    return DataError
+
+
 def _nothing() -> None:
     """No watchdog: nothing to tell."""
 
@@ -833,31 +892,6 @@ def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]
         log.info("no failure history for %s (%s): assuming none", job_id, exc)
         return 0.0, 0, None
     return summary.effective_s, summary.failure_count, summary.blocking_per_save_s
-
-
-def _build_sharded(cfg: TrainerConfig, env: DistEnv
-                   ) -> tuple[torch.nn.Module, dict[str, torch.optim.Optimizer]]:
-    """DistributedModelParallel with fused RowWiseAdagrad on the tables (applied in
-    backward, before sharding) and plain Adagrad on the dense parameters."""
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
-
-    module = build_dlrm(cfg.model, seed=cfg.seed, device=env.device)
-    dlrm: Any = module.model
-    ebc = dlrm.sparse_arch.embedding_bag_collection
-    # torchrec mutates the kwargs dict it is given: a fresh one each time
-    apply_optimizer_in_backward(RowWiseAdagrad, ebc.parameters(), {"lr": cfg.lr_sparse})
-    model = DistributedModelParallel(
-        module=module, device=env.device, env=ShardingEnv.from_process_group(dist.group.WORLD)
-    )
-    dense = KeyedOptimizerWrapper(
-        dict(p for p in model.named_parameters() if "embedding_bags" not in p[0]),
-        lambda params: torch.optim.Adagrad(params, lr=cfg.lr_dense),
-    )
-    return model, {"dense": dense, "sparse": CombinedOptimizer([model.fused_optimizer])}
 
 
 def _preempted_message(left_for: PreemptRequest | None = None) -> str:
@@ -913,34 +947,13 @@ def run(cfg: TrainerConfig, ident: Identity, *, process_start: float, prewarm: b
     emitter.attempt_started(host=socket.gethostname(), ts=trainer.process_start)
     code = EXIT_APPLICATION
     try:
-        if warm_up is not None:
-            warm_up.report(emitter)
-        batches = trainer.start()
-        code = trainer.train(batches)
-        if code == EXIT_OK:
-            trainer.finish()
-            emitter.attempt_ended("success", exit_code=EXIT_OK)
-            exit_record.reported(None)
-        else:
-            exit_record.failed(time.time())
-            emitter.attempt_ended(
-                "failed",
-                cause="preemption",
-                exit_code=code,
-                message=_preempted_message(trainer.left_for),
-            )
-            exit_record.reported("preemption")
+        code = _train(trainer, emitter, warm_up)
+        return code
+    except (ModelContractError, _data_error()) as exc:
+        code = _refused(exc, ident, emitter)
         return code
     except BaseException as exc:
-        exit_record.failed(time.time(), f"{type(exc).__name__}: {exc}")
-        log.exception("attempt %s failed", ident.attempt_id)
-        exit_record.reported("application")
-        emitter.attempt_ended(
-            "failed",
-            cause="application",
-            exit_code=EXIT_APPLICATION,
-            message=f"{type(exc).__name__}: {exc}"[:500],
-        )
+        _crashed(exc, ident, emitter)
         raise
     finally:
         if code == EXIT_PREEMPTED and _unsaved_with_save_in_flight(trainer):
@@ -1052,7 +1065,7 @@ def _prewarm(cfg: TrainerConfig, ident: Identity, env: DistEnv, emitter: Emitter
             trainer._build_model()
             key = trainer.cache_key(world_size)
             load = cache.activate(key)
-            trainer._compile_on(fast_batch(trainer._spec()).to(env.device))
+            trainer._compile_on(fast_batch(trainer._source()).to(env.device))
             if not load.hit:
                 cache.save(key)
         log.info("prewarm: cache %s for key %s", "was already warm" if load.hit else "saved", key)
@@ -1117,7 +1130,7 @@ def restore_final_state(cfg: TrainerConfig) -> FinalState:
     directory = Path(cfg.checkpoint_dir)
     if not directory.is_dir():  # the manager would create it: a reader must not
         raise FileNotFoundError(f"no checkpoint directory {directory}")
-    model = build_dlrm(cfg.model, seed=cfg.seed)
+    model = build_for(cfg).module
     manager = CheckpointManager(directory, keep_last=cfg.keep_last, async_save=False)
     try:
         result = manager.restore({"train": _ModelOnly(model)})

@@ -6,7 +6,6 @@ parses it (every few seconds, in the dag-processor) without importing torch (1 s
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -144,17 +143,6 @@ class ModelConfig:
                                       minimum=1, maximum=MAX_WIDTH),
             extra=dict(r.mapping("extra", data.get("extra", {}))),
         )
-
-    def identity(self) -> str:
-        """What a checkpoint of this model is tied to: the shapes of its parameters (and
-        its name), not knobs like `ids_per_feature` that a restore does not care about.
-        Recorded in each checkpoint's marker, so that a job pointed at a directory holding
-        another model's checkpoints is refused before it builds anything."""
-        shapes = {"name": self.name, "num_dense": self.num_dense,
-                  "embedding_dim": self.embedding_dim, "tables": [list(t) for t in self.tables],
-                  "dense_arch": list(self.dense_arch), "over_arch": list(self.over_arch)}
-        text = json.dumps(shapes, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def fingerprint(self) -> str:
         """Canonical JSON: what the compile-cache key and checkpoints are tied to."""

@@ -21,14 +21,68 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from airflow_ett.ett.events import MAX_WORLD_SIZE
 from airflow_ett.trainer.readers import Reader, show
 
 if TYPE_CHECKING:
     from airflow_ett.trainer.config import TrainerConfig
-    from airflow_ett.trainer.model_config import ModelConfig
+
+class Shapes(Protocol):
+    """What the memory estimate reads of a model (a bundled `ModelConfig` has it all)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_dense(self) -> int: ...
+    @property
+    def tables(self) -> tuple[tuple[str, int], ...]: ...
+    @property
+    def embedding_dim(self) -> int: ...
+    @property
+    def dense_arch(self) -> tuple[int, ...]: ...
+    @property
+    def over_arch(self) -> tuple[int, ...]: ...
+    @property
+    def ids_per_feature(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShapes:
+    """`Shapes` of any model: the tables and dense width from the data schema, the rest
+    from the model config's conventional keys (`embedding_dim`, and MLP layer lists
+    `dense_arch` / `over_arch` when it has them)."""
+
+    name: str
+    num_dense: int
+    tables: tuple[tuple[str, int], ...]
+    embedding_dim: int
+    dense_arch: tuple[int, ...]
+    over_arch: tuple[int, ...]
+    ids_per_feature: int
+
+
+def _layers(value: object) -> tuple[int, ...]:
+    if isinstance(value, list | tuple) and all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value):
+        return tuple(value)
+    return ()
+
+
+def shapes_of(cfg: TrainerConfig) -> ModelShapes | None:
+    """The job's shapes for the estimate; None when its model config says no
+    `embedding_dim` (an integer): the table memory of such a model is unknown before it
+    is built, and the estimate is skipped rather than guessed."""
+    config, schema = cfg.model.config, cfg.data.schema
+    dim = config.get("embedding_dim")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        return None
+    return ModelShapes(name=cfg.model.name, num_dense=schema.num_dense, tables=schema.tables,
+                       embedding_dim=dim, dense_arch=_layers(config.get("dense_arch")),
+                       over_arch=_layers(config.get("over_arch")),
+                       ids_per_feature=max(f.max_ids for f in schema.sparse))
+
 
 FP32: Final = 4
 INT64: Final = 8
@@ -94,7 +148,7 @@ def batches_in_flight(prefetch: int, num_workers: int) -> int:
     return num_workers * (per_worker + 1) + 1
 
 
-def estimate_memory(model: ModelConfig, batch_size: int, *, prefetch: int = 4,
+def estimate_memory(model: Shapes, batch_size: int, *, prefetch: int = 4,
                     num_workers: int = 1, world_size: int = 1) -> MemoryEstimate:
     """Lower-bound bytes per trainer process.
 
@@ -128,11 +182,14 @@ def estimate_memory(model: ModelConfig, batch_size: int, *, prefetch: int = 4,
     )
 
 
-def check_memory(model: ModelConfig, batch_size: int, *, prefetch: int, num_workers: int,
+def check_memory(model: Shapes | None, batch_size: int, *, prefetch: int, num_workers: int,
                  world_size: int, host_available: int | None, device_available: int | None,
                  processes_per_host: int, reader: Reader, where_available: str) -> None:
     """Refuse a config whose estimate exceeds what is there, naming the field that takes
-    the most. `device_available` None: the model lives in host memory (CPU training)."""
+    the most. `device_available` None: the model lives in host memory (CPU training).
+    `model` None: its shapes are unknown until it is built (`shapes_of`): nothing to check."""
+    if model is None:
+        return
     est = estimate_memory(model, batch_size, prefetch=prefetch, num_workers=num_workers,
                           world_size=world_size)
     one_batch = est.batches // est.batches_in_flight
@@ -171,7 +228,7 @@ def check_memory(model: ModelConfig, batch_size: int, *, prefetch: int, num_work
             f"more than the {budget}; use a smaller batch_size or prefetch")
 
 
-def _model_too_big(model: ModelConfig, batch_size: int, world_size: int, reader: Reader,
+def _model_too_big(model: Shapes, batch_size: int, world_size: int, reader: Reader,
                    need: str, budget: str) -> ValueError:
     name, rows = max(model.tables, key=lambda t: t[1])
     layout = ("weights, gradients and Adagrad state in one process"
@@ -207,7 +264,7 @@ def env_memory_limit(reader: Reader) -> int | None:
     return value
 
 
-def check_parse_time_memory(model: ModelConfig, batch_size: int, *, prefetch: int,
+def check_parse_time_memory(model: Shapes | None, batch_size: int, *, prefetch: int,
                             num_workers: int, nproc: int, reader: Reader) -> None:
     """At DAG parse time the worker's memory is unknown: check against a fixed cap."""
     limit = env_memory_limit(reader)
@@ -274,7 +331,7 @@ def check_checkpoint_owner(cfg: TrainerConfig, reader: Reader) -> None:
     checkpoints carry only the model's `model` name)."""
     from airflow_ett.trainer.checkpoint import read_marker
 
-    mine_id, mine_name = cfg.model.identity(), cfg.model.name
+    mine_id, mine_name = cfg.model_identity, cfg.model.name
     try:
         entries = sorted(p for p in cfg.checkpoint_dir.iterdir()
                          if p.name.startswith("step-") and p.is_dir())
@@ -324,7 +381,7 @@ def preflight(cfg: TrainerConfig, *, prewarm: bool = False, prewarm_world_size: 
     if limit is not None:
         host = limit if host is None else min(host, limit)
     device = (cuda_free or _cuda_free)()
-    check_memory(cfg.model, cfg.batch_size, prefetch=cfg.prefetch, num_workers=cfg.num_workers,
+    check_memory(shapes_of(cfg), cfg.batch_size, prefetch=cfg.prefetch, num_workers=cfg.num_workers,
                  world_size=world, host_available=host, device_available=device,
                  processes_per_host=local, reader=r, where_available="available")
     cache_on = cfg.compile and cfg.optimizations.compile_cache

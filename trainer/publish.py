@@ -59,8 +59,9 @@ from airflow_ett._untrusted import UntrustedFileError, load_json, read_text
 from airflow_ett.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from airflow_ett.trainer.loop import FinalState
-    from airflow_ett.trainer.model import DLRMTrainModule
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 LATEST = "LATEST"
 FORMAT = "airflow-ett.published-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: 1: the DLRM's config alone (weights still load); 2: the model contract's description.
+READABLE_VERSIONS = (1, 2)
 RUN_FIELDS = (
     "steps",
     "batch_size",
@@ -168,7 +171,10 @@ def publish_model(
             "(letters, digits, '_', '.', '-'; not starting with '.')"
         )
     described = _check_json("model config and run", {
-        "model": {"name": name, "config": cfg.model.to_dict()},
+        "model": {"name": name, "factory": cfg.model.factory, "config": dict(cfg.model.config),
+                  "code": cfg.model.code, "identity": cfg.model_identity,
+                  "code_path": None if cfg.model.code_path is None else str(cfg.model.code_path),
+                  "schema": cfg.data.schema.to_dict()},
         "run": {field: getattr(cfg, field) for field in RUN_FIELDS},
     })
     caller = {
@@ -437,10 +443,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise IntegrityError(f"{file}: unreadable: {exc.reason}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise IntegrityError(f"{file}: not a published-model manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READABLE_VERSIONS:
         raise IntegrityError(
             f"{file}: format_version {manifest.get('format_version')!r}; this code reads "
-            f"{FORMAT_VERSION}"
+            f"{list(READABLE_VERSIONS)}"
         )
     weights = manifest.get("weights")
     if not isinstance(weights, dict) or not isinstance(weights.get("sha256"), str):
@@ -485,28 +491,43 @@ def load_published(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
     return tensors, manifest
 
 
-def build_published_model(path: Path) -> DLRMTrainModule:
-    """The DLRM of a published version, rebuilt from its manifest's model config with the
-    weights loaded strictly, in eval mode, on CPU.
+def build_published_model(path: Path) -> nn.Module:
+    """The model of a published version, rebuilt through the model contract from its
+    manifest (the factory, its config and the data schema; the factory's code found where
+    it was, or as installed) with the weights loaded strictly, in eval mode, on CPU.
 
-    The result is the training module (same state-dict keys as the artifact); for
-    predictions call its `.model(dense, sparse)` (logits).
+    The result is the module the factory returned (its `forward(batch)` gives
+    `(loss, output)`; the bundled DLRM's `.model(dense, sparse)` gives logits).
     """
-    from airflow_ett.trainer.model import ModelConfig, ModelConfigError, build_dlrm
+    import torch
+
+    from airflow_ett.trainer.contract import ModelContractError, build_model
+    from airflow_ett.trainer.model_spec import from_dict
+    from airflow_ett.trainer.schema import DataSpecError, schema_from_dict
 
     version_dir = resolve_version(path)  # once: LATEST may move while we read
     tensors, manifest = load_published(version_dir)
     try:
-        config = ModelConfig.from_dict(manifest["model"]["config"])
-    except (KeyError, TypeError, ModelConfigError) as exc:
-        raise IntegrityError(f"{version_dir / MANIFEST}: bad model config: {exc}") from exc
-    seed = int(manifest.get("run", {}).get("seed", 0))
-    model = build_dlrm(config, seed=seed)
+        described = manifest["model"]
+        spec = from_dict(described)
+        schema = schema_from_dict(described["schema"])
+    except (KeyError, TypeError, ValueError, DataSpecError) as exc:
+        raise IntegrityError(f"{version_dir / MANIFEST}: bad model description: {exc}") from exc
+    if spec.identity(schema.fingerprint()) != described.get("identity"):
+        raise IntegrityError(f"{version_dir / MANIFEST}: the model description does not give "
+                             f"its identity {described.get('identity')!r}")
+    run = manifest.get("run", {})
+    try:
+        built = build_model(spec, schema, device=torch.device("cpu"),
+                            seed=int(run.get("seed", 0)), batch_size=int(run.get("batch_size", 1)))
+    except ModelContractError as exc:
+        raise PublishError(f"{version_dir}: cannot rebuild the model: {exc}") from exc
+    model = built.module
     try:
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:
         raise IntegrityError(
-            f"{version_dir / WEIGHTS}: does not fit model {config.name!r}: {exc}"
+            f"{version_dir / WEIGHTS}: does not fit model {spec.name!r}: {exc}"
         ) from exc
     return model.eval()
 

@@ -27,7 +27,7 @@ from airflow_ett.trainer.config import (
     config_from_mapping,
     load_config,
 )
-from airflow_ett.trainer.model import BUNDLED, ModelConfig, ModelConfigError
+from airflow_ett.trainer.model_config import BUNDLED, ModelConfig, ModelConfigError
 from airflow_ett.trainer.readers import show
 from tests.hostile import HOSTILE_JSON, deep_toml, in_thread
 
@@ -45,7 +45,11 @@ def test_toml_file_with_defaults_and_relative_paths(tmp_path: Path) -> None:
         '[[faults]]\nkind = "slow_save"\nat_step = 50\nseconds = 2.5\n'
     )
     cfg = load_config(file)
-    assert cfg.model == BUNDLED["dlrm_small"]
+    small = BUNDLED["dlrm_small"]
+    assert cfg.model.name == "dlrm_small"
+    assert cfg.model.config == {"embedding_dim": 16, "dense_arch": [128, 64, 16],
+                                "over_arch": [128, 64, 1]}
+    assert cfg.data.schema.tables == small.tables and cfg.data.format == "synthetic"
     assert cfg.checkpoint_dir == tmp_path / "ckpt"
     assert cfg.checkpoint_interval == "auto"
     assert cfg.optimizations.fast_batch is False and cfg.optimizations.parallel_init is True
@@ -200,11 +204,16 @@ def test_toml_nan_and_inf_are_refused(tmp_path: Path) -> None:
 
 def test_model_identity_follows_shapes_not_runtime_knobs() -> None:
     tiny = BUNDLED["dlrm_tiny"]
-    same_shapes = ModelConfig.from_dict(tiny.to_dict() | {"ids_per_feature": 5})
-    bigger = ModelConfig.from_dict(tiny.to_dict() | {"tables": [["cat_0", 1001]]})
-    assert same_shapes.identity() == tiny.identity()
-    assert bigger.identity() != tiny.identity()
-    assert BUNDLED["dlrm_small"].identity() != tiny.identity()
+
+    def identity(model: object) -> str:
+        return config_from_mapping({"model": model, "steps": 1,
+                                    "checkpoint_dir": "c"}).model_identity
+
+    same_shapes = tiny.to_dict() | {"ids_per_feature": 5}
+    bigger = tiny.to_dict() | {"tables": [["cat_0", 1001]]}
+    assert identity(same_shapes) == identity("dlrm_tiny")
+    assert identity(bigger) != identity("dlrm_tiny")
+    assert identity("dlrm_small") != identity("dlrm_tiny")
 
 
 # --- every number has a plausible range (docs/decisions/0023) -----------------------------

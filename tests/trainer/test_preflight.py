@@ -29,6 +29,7 @@ from airflow_ett.trainer.preflight import (
     check_memory,
     estimate_memory,
     preflight,
+    shapes_of,
 )
 from airflow_ett.trainer.readers import Reader
 from tests.hostile import HOSTILE_JSON
@@ -56,7 +57,8 @@ def test_estimate_counts_weights_gradients_and_adagrad_in_one_process() -> None:
 
 
 def test_memory_check_names_the_field_that_takes_the_most() -> None:
-    huge = config_from_mapping({"model": HUGE_MODEL, "steps": 1, "checkpoint_dir": "c"}).model
+    huge = shapes_of(config_from_mapping({"model": HUGE_MODEL, "steps": 1,
+                                          "checkpoint_dir": "c"}))
     with pytest.raises(ConfigError) as info:
         check_memory(huge, 64, prefetch=4, num_workers=1, world_size=1,
                      host_available=10**10, device_available=None, processes_per_host=1,
@@ -276,10 +278,11 @@ def test_cli_refuses_a_directory_holding_another_models_checkpoints(tmp_path: Pa
     markers = sorted((tmp_path / "ckpt").glob("step-*/COMMITTED.json"))
     assert markers
     extra = json.loads(markers[-1].read_text())["extra"]
-    assert extra["model_identity"] == TINY.identity()
+    assert extra["model_identity"] == config_from_mapping(
+        {"model": "dlrm_tiny", "steps": 1, "checkpoint_dir": "c"}).model_identity
     before = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     line = refused(run_cli(tmp_path, model="dlrm_small"), "checkpoint_dir",
                    "another model", "'dlrm_tiny'", "'dlrm_small'")
-    assert TINY.identity() in line
+    assert extra["model_identity"] in line
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == before  # nothing lost
     assert run_cli(tmp_path, steps=9).returncode == 0  # the same model resumes

@@ -30,7 +30,8 @@ from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointManager, rea
 from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
 from airflow_ett.trainer.data import ClickLogSpec, make_batch
 from airflow_ett.trainer.loop import DistEnv, Identity, Trainer, load_final_state
-from airflow_ett.trainer.model import build_dlrm
+from airflow_ett.trainer.model import build_for
+from airflow_ett.trainer.model_config import BUNDLED
 from airflow_ett.trainer.publish import (
     FORMAT_VERSION,
     LATEST,
@@ -93,9 +94,9 @@ def newest_marker(cfg: TrainerConfig) -> dict[str, Any]:
 
 def predict(module: Any, cfg: TrainerConfig) -> torch.Tensor:
     """Logits on a batch the run never trained on (cursor far past its 6 x 32 samples)."""
-    m = cfg.model
+    m = cfg.data.schema
     spec = ClickLogSpec(seed=cfg.seed, num_dense=m.num_dense, tables=m.tables,
-                        ids_per_feature=m.ids_per_feature, batch_size=cfg.batch_size)
+                        ids_per_feature=cfg.data.ids_per_feature, batch_size=cfg.batch_size)
     batch = make_batch(spec, 100_000)
     with torch.no_grad():
         logits: torch.Tensor = module.model(batch.dense, batch.sparse)
@@ -127,7 +128,11 @@ def test_publish_writes_a_whole_version_its_manifest_and_latest(
     assert (published.step, published.cursor) == (6, 6 * 32)
     assert manifest["checkpoint"]["skipped"] == []
     assert manifest["format_version"] == FORMAT_VERSION and manifest["version"] == 1
-    assert manifest["model"] == {"name": "dlrm_tiny", "config": trained.model.to_dict()}
+    assert manifest["model"] == {
+        "name": "dlrm_tiny", "factory": "airflow_ett.trainer.models.dlrm:build",
+        "config": dict(trained.model.config), "code": trained.model.code,
+        "identity": trained.model_identity, "code_path": None,
+        "schema": trained.data.schema.to_dict()}
     assert manifest["run"] == {f: getattr(trained, f) for f in RUN_FIELDS}
     assert manifest["run"]["lr_dense"] == 0.1 and manifest["run"]["seed"] == 11
     assert manifest["torch"] == torch.__version__
@@ -153,7 +158,7 @@ def test_rebuilt_model_predicts_bitwise_like_the_model_restored_from_the_checkpo
 ) -> None:
     published = publish_model(trained, tmp_path)
     # the trainer's own restore: full TrainState (model and optimizer), as on a restart
-    restored = build_dlrm(trained.model, seed=trained.seed)
+    restored = build_for(trained).module
     optimizer = torch.optim.Adagrad(restored.parameters(), lr=trained.lr_dense)
     with CheckpointManager(trained.checkpoint_dir, async_save=False) as manager:
         result = manager.restore({"train": TrainState(restored, {"all": optimizer},
@@ -171,7 +176,7 @@ def test_rebuilt_model_predicts_bitwise_like_the_model_restored_from_the_checkpo
         assert torch.equal(tensors[name], value), name
         assert torch.equal(final[name], value), name
     # trained weights, not the initial ones
-    fresh = build_dlrm(trained.model, seed=trained.seed).state_dict()
+    fresh = build_for(trained).module.state_dict()
     assert any(not torch.equal(fresh[k], tensors[k]) for k in fresh)
 
 
@@ -443,7 +448,9 @@ def test_another_models_checkpoints_are_a_bad_config_not_a_retryable_failure(
     """The trainer's preflight rule holds for publishing too: a job whose checkpoint_dir
     holds another model's checkpoints fails in one line and exit 78, before any restore,
     instead of a shape error a retry would repeat."""
-    other = replace(copy_of, model=replace(copy_of.model, num_dense=copy_of.model.num_dense + 1))
+    bigger = {**BUNDLED["dlrm_tiny"].to_dict(), "num_dense": copy_of.data.schema.num_dense + 1}
+    other = config_from_mapping({**JOB, "checkpoint_dir": str(copy_of.checkpoint_dir),
+                                 "model": bigger})
     with pytest.raises(ConfigError, match="holds checkpoints of another model") as caught:
         publish_model(other, tmp_path / "out")
     assert "checkpoint_dir" in str(caught.value)
@@ -451,7 +458,7 @@ def test_another_models_checkpoints_are_a_bad_config_not_a_retryable_failure(
 
     config = tmp_path / "other.json"
     config.write_text(json.dumps({**JOB, "checkpoint_dir": str(copy_of.checkpoint_dir),
-                                  "model": {**other.model.to_dict()}}))
+                                  "model": bigger}))
     assert main(["--config", str(config), "--out", str(tmp_path / "out")]) == 78
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "another model" in err
