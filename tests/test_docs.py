@@ -44,3 +44,36 @@ def test_clean_job_example_gives_the_documented_figures() -> None:
     })
     assert d["phases"]["final_checkpoint"] == 2.0
     assert d["phases"]["shutdown_other"] == 3.0
+
+
+def _owner_dags() -> list[str]:
+    """The complete owner DAGs of README ("Bring your model and data") and
+    docs/model-contract.md ("A complete DAG")."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    contract = (root / "docs" / "model-contract.md").read_text()
+    out = []
+    for text, heading in ((readme, "## Bring your model and data"),
+                          (contract, "## A complete DAG")):
+        section = text[text.index(heading):]
+        out.append(re.findall(r"```python\n(.*?)```", section, flags=re.S)[0])
+    return out
+
+
+@pytest.mark.parametrize("source", _owner_dags(), ids=["README", "model-contract"])
+def test_the_documented_owner_dag_is_complete_and_parses(source: str, tmp_path: Path) -> None:
+    import runpy
+    import shutil
+
+    from airflow_ett.examples import two_tower
+
+    assert len(source.strip().splitlines()) < 20
+    (tmp_path / "ranking").mkdir()
+    (tmp_path / "ranking" / "__init__.py").write_text("")
+    shutil.copy(two_tower.__file__, tmp_path / "ranking" / "towers.py")
+    (tmp_path / "owner_dag.py").write_text(source)
+    dag = runpy.run_path(str(tmp_path / "owner_dag.py"))["dag"]
+    config = dag.get_task("train").trainer_config
+    assert config["model"] == "ranking.towers:build"
+    assert config["model_code_path"] == str(tmp_path.resolve())
+    assert config["data"]["format"] in ("parquet", "criteo_tsv")

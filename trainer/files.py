@@ -33,7 +33,7 @@ import os
 import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -215,6 +215,20 @@ class FileSource:
 # -- finding and checking files --------------------------------------------------------------
 
 
+def _open_data(path: str) -> BinaryIO:
+    """`path` opened for binary reading only if it is (still) a regular file: a FIFO put
+    in its place after `prepare` would make a plain `open` wait for a writer forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DataError(f"data file {path}: cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DataError(f"data file {path}: not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def find_files(spec: DataSpec) -> list[str]:
     """The files the patterns match, sorted and without repeats; a pattern matching
     nothing, or matching something that is not a regular file, is a `DataError`."""
@@ -306,10 +320,11 @@ def _check_parquet(file: str, spec: DataSpec) -> int:
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(file)
+        with _open_data(file) as fh:
+            meta = pq.ParquetFile(fh)
+            schema, rows = meta.schema_arrow, int(meta.metadata.num_rows)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"data file {file}: not a readable Parquet file: {exc}") from None
-    schema = meta.schema_arrow
     s = spec.schema
 
     def column(name: str, what: str) -> Any:
@@ -338,7 +353,7 @@ def _check_parquet(file: str, spec: DataSpec) -> int:
         if f.encoding == "hex" and not text:
             raise DataError(f"data file {file}: column {f.column!r} is {kind}: encoding "
                             "'hex' reads strings")
-    return int(meta.metadata.num_rows)
+    return rows
 
 
 def _npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
@@ -358,6 +373,17 @@ def _npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
         raise DataError(f"data file {path}: shape {shape}{' (Fortran order)' if fortran else ''}"
                         ": TorchRec's Criteo .npy arrays are 2-D, C order")
     return shape, dtype
+
+
+def _npy_map(path: str) -> npt.NDArray[Any]:
+    """The array of a `.npy` file, memory-mapped (never unpickled), from an opened
+    regular file (numpy's `np.load(mmap_mode=...)` wants a path and opens it blindly)."""
+    with _open_data(path) as fh:
+        version = np.lib.format.read_magic(fh)
+        shape, fortran, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+                                 else np.lib.format.read_array_header_2_0(fh))
+        return np.memmap(fh, dtype=dtype, mode="r", offset=fh.tell(), shape=shape,
+                         order="F" if fortran else "C")
 
 
 def _npy_parts(dense_file: str) -> tuple[str, str, str]:
@@ -465,7 +491,7 @@ def _tsv_lines(source: FileSource, index: int, r0: int, r1: int) -> list[bytes]:
     handles = source._state.setdefault("handles", OrderedDict())
     fh = handles.get(file)
     if fh is None:
-        fh = open(file, "rb")  # noqa: SIM115  # checked regular by prepare; kept open
+        fh = _open_data(file)  # kept open: every batch of this worker reads it
         handles[file] = fh
         if len(handles) > 8:
             handles.popitem(last=False)[1].close()
@@ -593,7 +619,7 @@ def _read_parquet(source: FileSource, index: int, r0: int, r1: int) -> _Part:
     state = source._state
     meta = state.setdefault("parquet", {})
     if file not in meta:
-        pf = pq.ParquetFile(file)
+        pf = pq.ParquetFile(_open_data(file))
         sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
         meta[file] = (pf, np.cumsum((0, *sizes)))
     pf, bounds = meta[file]
@@ -639,8 +665,7 @@ def _read_npy(source: FileSource, index: int, r0: int, r1: int) -> _Part:
     s = source.spec.schema
     arrays = source._state.setdefault("npy", {})
     if file not in arrays:
-        arrays[file] = tuple(np.load(p, mmap_mode="r", allow_pickle=False)
-                             for p in _npy_parts(file))
+        arrays[file] = tuple(_npy_map(p) for p in _npy_parts(file))
     dense_a, sparse_a, labels_a = arrays[file]
     dense_cols = [CRITEO_DENSE.index(d) for d in s.dense]
     dense = np.asarray(dense_a[r0:r1][:, dense_cols], dtype=np.float64)

@@ -5,6 +5,7 @@ torch, no owner code run), and the trigger form's `data_paths` / `model_config`.
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -118,3 +119,19 @@ def test_model_config_is_for_a_factory_and_bundled_models_keep_their_log(tmp_pat
         "format": "parquet", "paths": str(tmp_path / "*.parquet"),
         "schema": {"dense": ["a"], "sparse": {"b": 7}}})
     assert dag.get_task("train").trainer_config["data"]["format"] == "parquet"
+
+
+def test_parsing_the_dag_and_reading_files_import_no_torch(tmp_path: Path) -> None:
+    """In a fresh interpreter: the DAG file parses (its model found, its data spec read)
+    and the data workers' modules load without torch or the owner's code."""
+    path = dag_file(tmp_path / "dags")
+    probe = subprocess.run([sys.executable, "-c", textwrap.dedent(f'''
+        import runpy, sys
+        runpy.run_path({str(path)!r})
+        import airflow_ett.trainer.files, airflow_ett.trainer.encode
+        import airflow_ett.trainer.data_gen
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "ranking",
+                                                                  "torchrec")))
+    ''')], capture_output=True, text=True, timeout=120, check=False)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert probe.stdout.strip().splitlines()[-1] == "[]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,13 @@ MODEL = textwrap.dedent('''
 ''')
 
 
+#: The owner's package: a name no other test imports (an e2e test imports a "ranking").
+PKG = f"ranking_{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture
 def owner(tmp_path: Path) -> Path:
-    package = tmp_path / "ranking"
+    package = tmp_path / PKG
     package.mkdir()
     (package / "__init__.py").write_text("raise RuntimeError('package imported!')\n")
     (package / "towers.py").write_text(MODEL)
@@ -33,34 +38,35 @@ def owner(tmp_path: Path) -> Path:
 
 
 def test_found_beside_the_dag_without_running_it(owner: Path) -> None:
-    spec = read_model_spec("ranking.towers:build", {"dim": 8}, search=[owner])
-    assert (spec.name, spec.factory, spec.code_path) == ("towers", "ranking.towers:build",
-                                                         owner.resolve())
+    factory = f"{PKG}.towers:build"
+    spec = read_model_spec(factory, {"dim": 8}, search=[owner])
+    assert (spec.name, spec.factory, spec.code_path) == ("towers", factory, owner.resolve())
     assert spec.config == {"dim": 8} and len(spec.code) == 16
-    assert "ranking" not in sys.modules
+    assert PKG not in sys.modules
     # the identity follows the code (the module and the modules beside it) and the config
     before = spec.identity("schema")
-    assert read_model_spec("ranking.towers:build", {"dim": 8}, search=[owner]).identity(
+    assert read_model_spec(factory, {"dim": 8}, search=[owner]).identity(
         "schema") == before
     assert spec.identity("other schema") != before
-    assert read_model_spec("ranking.towers:build", {"dim": 9}, search=[owner]).identity(
+    assert read_model_spec(factory, {"dim": 9}, search=[owner]).identity(
         "schema") != before
-    (owner / "ranking" / "sub" / "deep.py").write_text("X = 2\n")  # below: not its code
-    assert read_model_spec("ranking.towers:build", {"dim": 8}, search=[owner]).code == spec.code
-    (owner / "ranking" / "layers.py").write_text("WIDTH = 16\n")  # beside it: its code
-    assert read_model_spec("ranking.towers:build", {"dim": 8}, search=[owner]).code != spec.code
+    (owner / PKG / "sub" / "deep.py").write_text("X = 2\n")  # below: not its code
+    assert read_model_spec(factory, {"dim": 8}, search=[owner]).code == spec.code
+    (owner / PKG / "layers.py").write_text("WIDTH = 16\n")  # beside it: its code
+    assert read_model_spec(factory, {"dim": 8}, search=[owner]).code != spec.code
 
 
 @pytest.mark.parametrize(("factory", "says"), [
     ("ranking.towers", "must be an import path 'package.module:function'"),
     ("ranking/towers.py:build", "must be an import path"),
     ("ranking.towers:build()", "must be an import path"),
-    ("ranking.towerz:build", "cannot find module 'ranking.towerz'"),
+    ("ranking.towerz:build", "cannot find module 'ranking_"),
     ("nowhere.towers:build", "cannot find module 'nowhere.towers': no module 'nowhere'"),
     ("ranking.towers:biuld", "towers.py defines no 'biuld' at its top level"),
-    ("ranking.layers.x:build", "'ranking.layers' is a module, not a package"),
+    ("ranking.layers.x:build", ".layers' is a module, not a package"),
 ])
 def test_a_bad_model_path_is_one_line(owner: Path, factory: str, says: str) -> None:
+    factory = factory.replace("ranking", PKG)
     with pytest.raises(ModelSpecError) as caught:
         read_model_spec(factory, search=[owner], where="training_job")
     assert str(caught.value).startswith("training_job: model = ")
@@ -73,7 +79,7 @@ def test_config_must_be_json_and_bounded(owner: Path) -> None:
                          ([1, 2], "must be a table with string keys"),
                          ({"big": "x" * 300_000}, "more than 262,144")]:
         with pytest.raises(ModelSpecError, match=says):
-            read_model_spec("ranking.towers:build", config, search=[owner])
+            read_model_spec(f"{PKG}.towers:build", config, search=[owner])
 
 
 def test_installed_and_editable_packages_are_found_too() -> None:

@@ -6,7 +6,6 @@ way the owner's code or data can be wrong is one line and exit 78."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from airflow_ett.examples.make_data import NUM_EMBEDDINGS, make
 from airflow_ett.trainer.config import load_config
 from airflow_ett.trainer.faults import EXIT_BAD_CONFIG, EXIT_OK
 from airflow_ett.trainer.loop import load_final_state
-from tests.trainer.test_trainer_e2e import TIMEOUT, run_attempt, run_job, write_config
+from tests.trainer.test_trainer_e2e import launch_two, run_attempt, run_job, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -78,22 +77,14 @@ def test_killed_and_resumed_owner_model_ends_bitwise_equal_to_a_clean_run(
 @pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
     sys.executable).with_name("torchrun").exists(), reason="torchrun not installed")
 def test_two_processes_shard_the_owner_model_and_resume(tmp_path: Path, data: Path) -> None:
-    """DistributedModelParallel shards the owner's tables (fused row-wise Adagrad) and the
-    compile warm-up on the fast batch leaves them untouched (tables detached)."""
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    """DistributedModelParallel shards the owner's tables (row-wise Adagrad fused into
+    backward), its towers compile on the fast batch (the sharded lookups detached), and
+    the job resumes from its checkpoint at the exact cursor."""
     config = owner_job(tmp_path / "job.json", data, steps=20, checkpoint_interval=5,
                        num_workers=0, compile=True, faults=[{"kind": "raise", "at_step": 12,
                                                               "attempt": 1}])
-
-    def launch(number: int) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "airflow_ett.trainer",
-             "--config", str(config), "--job-id", "ddp", "--attempt-number", str(number)],
-            capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=tmp_path,
-            env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-    assert launch(1).returncode != 0
-    second = launch(2)
+    assert launch_two(config, 1).returncode != 0
+    second = launch_two(config, 2)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "restored step 10 (cursor 1280)" in second.stderr
     final = load_final_state(load_config(config))

@@ -196,21 +196,22 @@ def test_a_prewarmed_cache_is_hit_by_the_next_job(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
     sys.executable).with_name("torchrun").exists(), reason="torchrun not installed")
-def test_two_processes_shard_train_checkpoint_and_resume(tmp_path: Path) -> None:
+def launch_two(config: Path, number: int) -> subprocess.CompletedProcess[str]:
+    """Attempt `number` of job "ddp" as two processes under torchrun."""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
+    return subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "airflow_ett.trainer",
+         "--config", str(config), "--job-id", "ddp", "--attempt-number", str(number)],
+        capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=config.parent,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_two_processes_shard_train_checkpoint_and_resume(tmp_path: Path) -> None:
     config = write_config(tmp_path / "job.json", steps=20, checkpoint_interval=5,
                           faults=[{"kind": "raise", "at_step": 12, "attempt": 1}])
-
-    def launch(number: int) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "airflow_ett.trainer",
-             "--config", str(config), "--job-id", "ddp", "--attempt-number", str(number)],
-            capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=tmp_path,
-            env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-    first = launch(1)
+    first = launch_two(config, 1)
     assert first.returncode != 0, first.stderr[-3000:]
-    second = launch(2)
+    second = launch_two(config, 2)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "restored step 10" in second.stderr
     d = attribute_job(read_events(str(tmp_path / "events.jsonl")).events).to_dict()
