@@ -39,8 +39,11 @@ def fresh_host_env() -> dict[str, str]:
 
 
 def run_job(directory: Path, job: str, *, max_attempts: int = 5, prewarm: bool = False,
+            in_place: bool = False, warm_standby: bool = False,
             ) -> tuple[LaunchResult, JobAttribution]:
-    """Submit, run attempts (each on a 'fresh host') until success, end."""
+    """Submit, run attempts (each on a 'fresh host') until success, end. `in_place`:
+    restarts on the same host, by the launcher as the train task restarts a trainer
+    (with `warm_standby`, handed over to the spare it keeps)."""
     config = directory / "job.json"
     if prewarm:
         with (directory / "prewarm.log").open("w") as log:
@@ -55,7 +58,11 @@ def run_job(directory: Path, job: str, *, max_attempts: int = 5, prewarm: bool =
 
     result = LaunchResult()
     with (directory / "trainer.log").open("a") as log:
-        for number in range(1, max_attempts + 1):
+        if in_place:
+            result = run_attempts(config, job, max_attempts=max_attempts, cwd=directory,
+                                  env=fresh_host_env(), stdout=log, report_unreported=report,
+                                  warm_standby=warm_standby)
+        for number in range(1, 0 if in_place else max_attempts + 1):
             one = run_attempts(config, job, max_attempts=1, first_attempt=number,
                                cwd=directory, env=fresh_host_env(), stdout=log,
                                report_unreported=report)

@@ -1,6 +1,6 @@
 """An owner's model on an owner's files beside the bundled DLRM: every optimization holds.
 
-    python -m bench.owner_model [--steps 300] [--rows 20000]
+    python -m bench.owner_model [--steps 240] [--rows 20000] [--step-sleep 0.08]
 
 Three jobs, side by side in one run: the bundled `dlrm_small` on its generated log, and
 the two-tower example (`airflow_ett/examples/two_tower.py`, written as an owner writes a
@@ -13,8 +13,9 @@ four ways through the launcher the train task uses:
   task): its TTS against the critical-path bound (trainer init, then the longer of the
   data pipeline's start and model creation + compile), its checkpoint blocking per save
   against the baseline's;
-- `cold-kill` and `standby-kill`: optimized, SIGKILLed once mid-run, restarted cold or
-  handed to the warm standby: TTR and its ratio; and their final weights against the
+- `cold-kill` and `standby-kill`: optimized, SIGKILLed once mid-run, restarted in place
+  by the launcher the train task uses, cold or handed to the warm standby: TTR and its
+  ratio; and their final weights against the
   `optimized` run's, which must be bitwise equal (the resume is exact).
 
 Every run gets a fresh host TMPDIR and inductor dir: warmth can only come from the
@@ -77,29 +78,30 @@ class Figures:
 
 
 def _run(root: Path, name: str, fields: dict[str, Any], opts: dict[str, bool], *,
-         steps: int, latency: float, kill_at: int | None) -> tuple[Any, Path]:
+         steps: int, latency: float, kill_at: int | None, sleep: float) -> tuple[Any, Path]:
     write_config(root, steps=steps, batch_size=256, num_workers=1, seed=5,
+                 step_sleep_s=sleep,
                  data_startup_latency_s=latency, compile=True,
                  compile_cache_dir=str(root / "cache"), checkpoint_interval=50,
                  optimizations=opts, **fields,
                  faults=[] if kill_at is None else [
                      {"kind": "kill", "at_step": kill_at, "attempt": 1}])
-    result, ett = run_job(root, name, max_attempts=3, prewarm=opts["compile_cache"])
+    result, ett = run_job(root, name, max_attempts=3, prewarm=opts["compile_cache"],
+                          in_place=kill_at is not None, warm_standby=opts["warm_standby"])
     assert result.succeeded, (root / "trainer.log").read_text()[-3000:]
     return ett, root / "job.json"
 
 
-def measure(label: str, fields: dict[str, Any], steps: int, latency: float) -> Figures:
+def measure(label: str, fields: dict[str, Any], steps: int, latency: float,
+            sleep: float) -> Figures:
     tmp = Path(tempfile.mkdtemp(prefix="owner-bench-"))
     kill = steps * 2 // 3
-    base, _ = _run(tmp / "base", "base", fields, ALL_OFF, steps=steps, latency=latency,
-                   kill_at=None)
-    opt, opt_cfg = _run(tmp / "opt", "opt", fields, ALL_ON, steps=steps, latency=latency,
-                        kill_at=None)
+    common: dict[str, Any] = {"steps": steps, "latency": latency, "sleep": sleep}
+    base, _ = _run(tmp / "base", "base", fields, ALL_OFF, kill_at=None, **common)
+    opt, opt_cfg = _run(tmp / "opt", "opt", fields, ALL_ON, kill_at=None, **common)
     cold, cold_cfg = _run(tmp / "cold", "cold", fields, {**ALL_ON, "warm_standby": False},
-                          steps=steps, latency=latency, kill_at=kill)
-    warm, warm_cfg = _run(tmp / "warm", "warm", fields, ALL_ON, steps=steps,
-                          latency=latency, kill_at=kill)
+                          kill_at=kill, **common)
+    warm, warm_cfg = _run(tmp / "warm", "warm", fields, ALL_ON, kill_at=kill, **common)
     raw = {k: v / 1e6 for k, v in opt.phases_raw_us.items()}
     bound = raw.get("trainer_init", 0) + max(
         raw.get("data_pipeline_init", 0), raw.get("model_creation", 0) + raw.get("compile", 0))
@@ -123,16 +125,20 @@ def measure(label: str, fields: dict[str, Any], steps: int, latency: float) -> F
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=240)
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--data-latency", type=float, default=2.0)
+    parser.add_argument("--step-sleep", type=float, default=0.08,
+                        help="padding per step: the kill must come after the spare is warm "
+                             "(it starts at the first step and warms up in about 10 s here)")
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="owner-data-"))
     make(data, rows=args.rows, files=2, seed=7, npy=False)
     print(f"# owner model vs DLRM, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
           f"{platform.machine()}, {psutil.cpu_count()} CPUs, {args.steps} steps of 256, "
-          f"{args.rows} rows, data latency {args.data_latency:.1f}s")
-    results = {label: measure(label, fields, args.steps, args.data_latency)
+          f"{args.rows} rows, data latency {args.data_latency:.1f}s, step padding "
+          f"{args.step_sleep:.2f}s")
+    results = {label: measure(label, fields, args.steps, args.data_latency, args.step_sleep)
                for label, fields in jobs(data).items()}
     print("model                      opt/bound  opt/base TTS  blocking opt/base  "
           "TTR standby/cold  bitwise")
