@@ -203,7 +203,10 @@ class Trainer:
     pipeline: DataPipeline = field(init=False, repr=False)
     step: int = 0
     cursor: int = 0
-    bad_rows: int = 0  # data rows skipped so far by this job (checkpointed with the cursor)
+    # data rows skipped by the whole job as of the last save or restore (checkpointed with
+    # the cursor), and by this rank since then
+    bad_rows: int = 0
+    bad_rows_here: int = 0
     compile_names: tuple[str, ...] = ()  # the model's parts to compile (the contract's)
     # per step being saved: (save start time, final save?, data cursor), until committed
     saves_in_flight: dict[int, tuple[float, bool, int]] = field(default_factory=dict)
@@ -504,7 +507,7 @@ class Trainer:
             # what preflight compares, so another model's job refuses this directory
             "model_identity": self.cfg.model_identity,
             "world_size": self.env.world_size,
-            "bad_rows": self.bad_rows,
+            "bad_rows": self._job_bad_rows(),
         }
         return self.manager.save(self.step, {"train": self._train_state()}, extra)
 
@@ -690,21 +693,35 @@ class Trainer:
             )
             self._cache_saver.start()
 
+    def _job_bad_rows(self) -> int:
+        """The job's bad rows now: every rank's since the last save added up (one small
+        collective per save, on the default group, which a background commit never
+        uses; every rank saves at the same step), then kept as the new base."""
+        here = self.bad_rows_here
+        if self.env.world_size > 1 and dist.is_initialized():
+            count = torch.tensor([here], dtype=torch.int64, device=self.env.device)
+            dist.all_reduce(count)
+            here = int(count.item())
+        self.bad_rows, self.bad_rows_here = self.bad_rows + here, 0
+        return self.bad_rows
+
     def _count_bad_rows(self, batch: Batch) -> None:
         """Bad rows of this batch against `data.max_bad_rows` (a job's count, kept in its
-        checkpoints): each named in the log, and past the limit a `DataError`."""
+        checkpoints): each named in the log, and past the limit a `DataError` (each rank
+        checks the job's count at the last save plus its own since)."""
         from airflow_ett.trainer.files import DataError
 
-        self.bad_rows += batch.skipped
+        self.bad_rows_here += batch.skipped
         for problem in batch.problems:
             log.warning("bad row skipped: %s", problem)
         if batch.skipped > len(batch.problems):
             log.warning("%d more bad rows skipped in the batch at cursor %d",
                         batch.skipped - len(batch.problems), batch.cursor_start)
         limit = self.cfg.data.max_bad_rows
-        if self.bad_rows > limit:
+        seen = self.bad_rows + self.bad_rows_here
+        if seen > limit:
             last = batch.problems[-1] if batch.problems else "see the log"
-            raise DataError(f"data: {self.bad_rows} bad rows, more than max_bad_rows = {limit}"
+            raise DataError(f"data: {seen} bad rows, more than max_bad_rows = {limit}"
                             f" (the last: {last})")
 
     def _train_step(self, batch: Batch) -> torch.Tensor:

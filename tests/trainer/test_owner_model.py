@@ -6,6 +6,7 @@ way the owner's code or data can be wrong is one line and exit 78."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def assert_restored(log: str, steps: tuple[int, ...], *, per_step: int) -> None:
+    """The resume restored one of `steps` (the newest save may still have been in flight
+    when the attempt died: then the one before) at exactly its cursor."""
+    found = re.findall(r"restored step (\d+) \(cursor (\d+)\)", log)
+    assert found, log[-3000:]
+    step, cursor = map(int, found[-1])
+    assert step in steps and cursor == step * per_step, found
+
+
 def owner_job(path: Path, data_dir: Path, fmt: str = "criteo_tsv", **fields: Any) -> Path:
     schema: dict[str, Any] = {"sparse": {f"cat_{i}": NUM_EMBEDDINGS[i] for i in range(8)}}
     pattern = "day_*.tsv"
@@ -58,7 +68,7 @@ def test_killed_and_resumed_owner_model_ends_bitwise_equal_to_a_clean_run(
                        faults=[{"kind": "kill", "at_step": 25, "attempt": 1}])
     run_job(clean, "clean", [EXIT_OK])
     logs = run_job(faulty, "faulty", [-9, EXIT_OK])
-    assert "restored step 20 (cursor 1280)" in logs[-1]
+    assert_restored(logs[-1], (10, 20), per_step=64)
     want = load_final_state(load_config(clean))
     got = load_final_state(load_config(faulty))
     assert want.keys() == got.keys() and "tables.embedding_bags.t_cat_0.weight" in want
@@ -79,16 +89,27 @@ def test_killed_and_resumed_owner_model_ends_bitwise_equal_to_a_clean_run(
 def test_two_processes_shard_the_owner_model_and_resume(tmp_path: Path, data: Path) -> None:
     """DistributedModelParallel shards the owner's tables (row-wise Adagrad fused into
     backward), its towers compile on the fast batch (the sharded lookups detached), and
-    the job resumes from its checkpoint at the exact cursor."""
+    the job resumes from its checkpoint at the exact cursor. A bad row in rank 1's share
+    leaves its batch one row short (the sharded lookup takes unequal batches), and the
+    job's count of bad rows is every rank's."""
+    lines = (data / "day_0.tsv").read_bytes().splitlines(keepends=True)
+    lines[70] = b"0\t1\t2\n"  # rank 1's rows of step 1 are 64..127
+    (tmp_path / "day_0.tsv").write_bytes(b"".join(lines))
     config = owner_job(tmp_path / "job.json", data, steps=20, checkpoint_interval=5,
                        num_workers=0, compile=True, faults=[{"kind": "raise", "at_step": 12,
                                                               "attempt": 1}])
+    job = json.loads(config.read_text())
+    job["data"]["paths"] = [str(tmp_path / "day_0.tsv"), str(data / "day_1.tsv")]
+    config.write_text(json.dumps(job))
     assert launch_two(config, 1).returncode != 0
     second = launch_two(config, 2)
     assert second.returncode == 0, second.stderr[-4000:]
-    assert "restored step 10 (cursor 1280)" in second.stderr
+    assert_restored(second.stderr, (5, 10), per_step=2 * 64)
     final = load_final_state(load_config(config))
     assert final["tables.embedding_bags.t_cat_0.weight"].shape == (NUM_EMBEDDINGS[0], 8)
+    marker = json.loads(sorted((tmp_path / "ckpt").glob(
+        "step-*/COMMITTED.json"))[-1].read_text())
+    assert marker["extra"]["bad_rows"] == 1 and "row 71: 3 columns" in second.stderr
 
 
 def one_line(done: subprocess.CompletedProcess[str], *says: str) -> str:
