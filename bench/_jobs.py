@@ -62,13 +62,14 @@ def run_job(directory: Path, job: str, *, max_attempts: int = 5, prewarm: bool =
             result = run_attempts(config, job, max_attempts=max_attempts, cwd=directory,
                                   env=fresh_host_env(), stdout=log, report_unreported=report,
                                   warm_standby=warm_standby)
-        for number in range(1, 0 if in_place else max_attempts + 1):
-            one = run_attempts(config, job, max_attempts=1, first_attempt=number,
-                               cwd=directory, env=fresh_host_env(), stdout=log,
-                               report_unreported=report)
-            result.attempts.extend(one.attempts)
-            if one.succeeded or not one.last.exit_class.retryable:
-                break
+        else:
+            for number in range(1, max_attempts + 1):
+                one = run_attempts(config, job, max_attempts=1, first_attempt=number,
+                                   cwd=directory, env=fresh_host_env(), stdout=log,
+                                   report_unreported=report)
+                result.attempts.extend(one.attempts)
+                if one.succeeded or not one.last.exit_class.retryable:
+                    break
     record(directory, job, None, "job_ended",
            status="success" if result.succeeded else "failed")
     events = [e for e in read_events(str(directory / "events.jsonl")).events if e.job == job]

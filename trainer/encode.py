@@ -1,11 +1,12 @@
 """Raw categorical values to row ids, vectorised: what `schema.ENCODINGS` promise.
 
-numpy and pyarrow only (the data workers never import torch). Every function takes a
-column of one batch and returns `(ids, bad)`: int64 row ids in `[0, num_embeddings)`
-and a boolean mask of the values that cannot be encoded (the caller turns those rows
-into counted, named bad rows). Hashes are fixed functions of the bytes or the integer
-(FNV-1a 64 then splitmix64's finaliser), the same on every host, process and run: a
-restore, another worker count or another machine maps a value to the same row.
+numpy and pyarrow only (the data workers never import torch). `encode_columns` takes
+the columns of one batch and returns, for each, `(ids, bad)`: int64 row ids in
+`[0, num_embeddings)` and a boolean mask of the values that cannot be encoded (the
+caller turns those rows into counted, named bad rows). Hashes are fixed functions of
+the bytes or the integer (FNV-1a 64 then splitmix64's finaliser), the same on every
+host, process and run: a restore, another worker count or another machine maps a value
+to the same row.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def encode_columns(items: list[tuple[Any, SparseFeature]],
     groups: dict[tuple[str, bool], list[int]] = {}
     for i, (values, feature) in enumerate(items):
         if feature.encoding == "vocabulary":
-            out[i] = encode(values, feature, (vocabularies or {}).get(i))
+            out[i] = (by_vocabulary(values, (vocabularies or {})[i]),
+                      np.zeros(len(values), dtype=bool))
         else:
             groups.setdefault((feature.encoding, _is_text(values)), []).append(i)
     for (encoding, text), members in groups.items():
@@ -173,9 +175,9 @@ def encode_columns(items: list[tuple[Any, SparseFeature]],
         if text:
             joined: Any = pa.concat_arrays([_flat(c).cast(pa.large_binary()) for c in columns])
         else:
-            joined = np.concatenate([_ints(c)[0] if not isinstance(c, np.ndarray) else
-                                     c.astype(np.int64, copy=False) for c in columns])
-            nulls = np.concatenate([_ints(c)[1] for c in columns])
+            ints = [_ints(c) for c in columns]
+            joined = np.concatenate([values for values, _ in ints])
+            nulls = np.concatenate([null for _, null in ints])
         codes, bad = _codes(joined, encoding, text)
         if not text:
             bad = bad | nulls
@@ -199,33 +201,9 @@ def _flat(values: Any) -> pa.Array:
     return values
 
 
-def encode(values: pa.Array | pa.ChunkedArray | npt.NDArray[Any], feature: SparseFeature,
-           vocabulary: pa.Array | None = None) -> tuple[IntArray, BoolArray]:
-    """Row ids of one feature's values (flat: a list column's items), and the bad ones."""
-    rows = feature.num_embeddings
-    is_text = not isinstance(values, np.ndarray) and (
-        pa.types.is_string(values.type) or pa.types.is_binary(values.type)
-        or pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type))
-    n = len(values)
-    if feature.encoding == "hash":
-        if is_text:
-            h = hash_bytes(values)
-            return (h % np.uint64(rows)).astype(np.int64), np.zeros(n, dtype=bool)
-        ints, nulls = _ints(values)
-        h = _mix(ints.astype(np.uint64) ^ np.uint64(0x5EED))
-        return (h % np.uint64(rows)).astype(np.int64), nulls
-    if feature.encoding == "hex":
-        parsed, bad = parse_hex(values)
-        return (parsed % np.uint64(rows)).astype(np.int64), bad
-    if feature.encoding == "vocabulary":
-        assert vocabulary is not None, "prepare() reads the vocabulary"
-        text = values if not isinstance(values, np.ndarray) else pa.array(values.astype(str))
-        found = pc.index_in(text.cast(pa.binary()), value_set=vocabulary)
-        ids = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64) + 1
-        return ids, np.zeros(n, dtype=bool)
-    ints, bad = parse_decimal(values) if is_text else _ints(values)
-    if feature.encoding == "modulo":
-        bad = bad | (ints < 0)
-        return np.where(bad, 0, ints % rows), bad
-    bad = bad | (ints < 0) | (ints >= rows)  # "id"
-    return np.where(bad, 0, ints), bad
+def by_vocabulary(values: pa.Array | pa.ChunkedArray | npt.NDArray[Any],
+                  vocabulary: pa.Array) -> IntArray:
+    """Each value's line in the vocabulary (1-based), 0 for a value not in it."""
+    text = values if not isinstance(values, np.ndarray) else pa.array(values.astype(str))
+    found = pc.index_in(text.cast(pa.binary()), value_set=vocabulary)
+    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int64) + 1

@@ -9,8 +9,8 @@ a pure function of the cursor: any number of workers or ranks, and a restore at 
 
 `prepare` (once, in the consumer, before the workers start) finds the files and checks
 each against the schema, and indexes what random access needs: every file's row count,
-and for a TSV the byte offset of every `TSV_STRIDE`-th line (one pass over the bytes,
-about 1 GB/s). Workers then read only the rows of their batches.
+and for a TSV the byte offset of every `TSV_STRIDE`-th line (one vectorised pass over
+the bytes). Workers then read only the rows of their batches.
 
 A row that cannot be read (a missing column, a label that is not a number in [0, 1], a
 dense value that is not a finite number, an id out of range, a list longer than its
@@ -421,7 +421,7 @@ def _check_npy(file: str, spec: DataSpec) -> int:
 # -- reading rows ------------------------------------------------------------------------------
 
 
-def _finish(source: FileSource, file: str, labels: npt.NDArray[Any], label_null: Any,
+def _finish(source: FileSource, labels: npt.NDArray[Any], label_null: Any,
             dense: npt.NDArray[np.float64], sparse_raw: list[Any], bad: dict[int, str]
             ) -> _Part:
     """Checks and encodings common to every format, on n rows already split in columns:
@@ -560,7 +560,7 @@ def _tsv_fast(source: FileSource, index: int, lines: list[bytes]) -> _Part:
              else np.zeros((len(lines), 0)))
     ones = np.ones(len(lines), dtype=np.int32)
     sparse = [(table.column(f.column).fill_null(b""), ones) for f in s.sparse]
-    return _finish(source, source.files[index], labels, label_null, dense, sparse, {})
+    return _finish(source, labels, label_null, dense, sparse, {})
 
 
 def _tsv_exact(source: FileSource, index: int, lines: list[bytes]) -> _Part:
@@ -592,7 +592,7 @@ def _tsv_exact(source: FileSource, index: int, lines: list[bytes]) -> _Part:
             cats[f][row] = cells[at[feature.column]]
     ones = np.ones(n, dtype=np.int32)
     sparse = [(pa.array(c, type=pa.binary()), ones) for c in cats]
-    return _finish(source, source.files[index], labels, None, dense, sparse, bad)
+    return _finish(source, labels, None, dense, sparse, bad)
 
 
 def _number(cell: bytes, column: str, *, empty_ok: bool) -> float:
@@ -653,7 +653,7 @@ def _read_parquet(source: FileSource, index: int, r0: int, r1: int) -> _Part:
                     pa.types.is_large_string(col.type) or pa.types.is_large_binary(col.type):
                 col = col.cast(pa.binary()).fill_null(b"")
             sparse.append((col, np.ones(table.num_rows, dtype=np.int32)))
-    return _finish(source, file, labels, label_null, dense, sparse, {})
+    return _finish(source, labels, label_null, dense, sparse, {})
 
 
 def _read_npy(source: FileSource, index: int, r0: int, r1: int) -> _Part:
@@ -674,7 +674,7 @@ def _read_npy(source: FileSource, index: int, r0: int, r1: int) -> _Part:
     ones = np.ones(r1 - r0, dtype=np.int32)
     sparse = [(np.ascontiguousarray(block[:, CRITEO_SPARSE.index(f.column)]), ones)
               for f in s.sparse]
-    return _finish(source, file, labels, None, dense, sparse, {})
+    return _finish(source, labels, None, dense, sparse, {})
 
 
 def file_source(spec: DataSpec, batch_size: int) -> FileSource:

@@ -6,7 +6,6 @@ parses it (every few seconds, in the dag-processor) without importing torch (1 s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -144,9 +143,6 @@ class ModelConfig:
             extra=dict(r.mapping("extra", data.get("extra", {}))),
         )
 
-    def fingerprint(self) -> str:
-        """Canonical JSON: what the compile-cache key and checkpoints are tied to."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
 def _tables(prefix: str, count: int, rows: int) -> tuple[tuple[str, int], ...]:

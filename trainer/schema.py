@@ -22,7 +22,6 @@ only says what they must hold:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,9 +161,6 @@ class DataSpec:
             out["columns"] = list(self.columns)
         return out
 
-    def identity(self) -> str:
-        """Short hash of the schema: part of the model identity (`ModelSpec.identity`)."""
-        return hashlib.sha256(self.schema.fingerprint().encode()).hexdigest()[:16]
 
 
 def synthetic(num_dense: int, tables: tuple[tuple[str, int], ...],
