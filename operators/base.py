@@ -1,4 +1,4 @@
-"""What the three lifecycle operators share: the job's identity, files and emitter.
+"""What the lifecycle operators share: the job's identity, files and emitter.
 
 Thin on purpose: the decisions live in `job.py` (config), the trainer's launcher (exit
 codes, restarts) and the ETT model; an operator wires Airflow's context to them.
@@ -24,16 +24,15 @@ from airflow_ett.operators.job import (
     materialize,
     reader,
 )
+from airflow_ett.protocol.env import CHECKPOINT_DIR_ENV, JOB_DIR_ENV
 from airflow_ett.settings import EttSettings
 from airflow_ett.trainer.config import TrainerConfig
 
 
-class EttTrainerOperator(BaseOperator):
-    """Base of the lifecycle operators.
+class EttJobOperator(BaseOperator):
+    """Base of the lifecycle operators: a task of one training job.
 
-    :param trainer_config: the trainer's config (see `airflow_ett.trainer.config`), minus
-        the paths the operators manage; validated when the DAG file is parsed.
-    :param nproc: trainer processes (1: the module alone; more: under torchrun).
+    :param nproc: trainer processes (1: alone; more: under torchrun).
     :param work_dir: where job files, the compile cache and models live; default
         `[ett] work_dir`.
     :param record: False turns ETT recording off for this task and its trainer.
@@ -42,14 +41,11 @@ class EttTrainerOperator(BaseOperator):
     ett_role = ""
     ui_color = "#e8f4ea"
 
-    def __init__(self, *, trainer_config: Mapping[str, Any], nproc: int = 1,
-                 work_dir: str | None = None, record: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, nproc: int = 1, work_dir: str | None = None, record: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         r = reader(type(self).__name__)
-        nproc = r.integer("nproc", nproc, minimum=1, maximum=MAX_NPROC)
-        check_trainer_config(trainer_config, nproc=nproc)
-        self.trainer_config = dict(trainer_config)
-        self.nproc = nproc
+        self.nproc = r.integer("nproc", nproc, minimum=1, maximum=MAX_NPROC)
         self.work_dir = check_work_dir(type(self).__name__, work_dir)
         self.record = r.boolean("record", record)
 
@@ -66,12 +62,6 @@ class EttTrainerOperator(BaseOperator):
     def paths(self, context: Mapping[str, Any]) -> JobPaths:
         root = Path(self.work_dir).expanduser() if self.work_dir else EttSettings.load().work_dir
         return job_paths(root, *self.run_ids(context))
-
-    def prepare(self, context: Mapping[str, Any]) -> tuple[JobPaths, TrainerConfig]:
-        """The job's files and its trainer config with the run's params applied."""
-        paths = self.paths(context)
-        cfg = materialize(self.trainer_config, context.get("params"), paths)
-        return paths, cfg
 
     def emitter(self, context: Mapping[str, Any], attempt: str | None = None) -> Emitter:
         base = get_emitter() if self.record else Emitter(disabled=True)
@@ -90,6 +80,26 @@ class EttTrainerOperator(BaseOperator):
         env = {} if self.record else {"AIRFLOW__ETT__DISABLED": "True"}
         if paths is not None and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(paths.job_dir / "inductor")
-        if paths is not None:  # where a preemption request is left (scheduling/request.py)
-            env["ETT_JOB_DIR"] = str(paths.job_dir)
+        if paths is not None:  # where a preemption request is left (protocol/request.py)
+            env[JOB_DIR_ENV] = str(paths.job_dir)
+            env[CHECKPOINT_DIR_ENV] = str(paths.checkpoint_dir)
         return env
+
+
+class EttTrainerOperator(EttJobOperator):
+    """A task that runs our trainer's config (prewarm, train, publish).
+
+    :param trainer_config: the trainer's config (see `airflow_ett.trainer.config`), minus
+        the paths the operators manage; validated when the DAG file is parsed.
+    """
+
+    def __init__(self, *, trainer_config: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_trainer_config(trainer_config, nproc=self.nproc)
+        self.trainer_config = dict(trainer_config)
+
+    def prepare(self, context: Mapping[str, Any]) -> tuple[JobPaths, TrainerConfig]:
+        """The job's files and its trainer config with the run's params applied."""
+        paths = self.paths(context)
+        cfg = materialize(self.trainer_config, context.get("params"), paths)
+        return paths, cfg

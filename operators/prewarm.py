@@ -19,7 +19,7 @@ from airflow_ett._proc import terminate_tree
 from airflow_ett.operators.base import EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
-from airflow_ett.trainer.faults import EXIT_BAD_CONFIG, EXIT_OK
+from airflow_ett.protocol.exits import EXIT_BAD_CONFIG, EXIT_OK
 
 #: The longest `timeout_s` (docs/decisions/0023): a cold compile with autotuning takes
 #: minutes to an hour; a prewarm still compiling after a day has failed.

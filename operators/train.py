@@ -5,7 +5,7 @@ the task log, and restarts it in place after a failure a restart can heal: no tr
 through the scheduler, no new placement, which is the cheapest recovery there is. Only
 when the in-place restarts are spent does the failure go to Airflow's retry (a new try,
 maybe on another worker), which restores from the same checkpoints. Each failure's cause
-comes from the exit code or signal (`airflow_ett.trainer.launcher.classify_exit`), and
+comes from the exit code or signal (`airflow_ett.protocol.exits.classify_exit`), and
 under torchrun (`nproc` > 1), whose exit code is 1 for any failed rank, from the rank
 whose failure the others followed (`classify_ranks`, docs/decisions/0017-multi-rank.md):
 a SIGKILLed rank is infra, a rank that raised is application. A config the trainer
@@ -18,7 +18,7 @@ whose root cause rank 0 did not report itself (a peer rank's death: rank 0 saw o
 error it caused), and the moment the job releases its GPUs (`job_ended`), which is where
 E2E stops. Multi-node: docs/multi-node.md (one launcher task per job).
 
-Preemption on request (`airflow_ett/scheduling/request.py`): while the trainer runs, the
+Preemption on request (`airflow_ett/protocol/request.py`): while the trainer runs, the
 task watches its job directory for the preemption controller's request. A `now` request:
 it sends the trainer SIGTERM (checkpoint within the tenant's grace period, or, with
 `skip_save`, no save at all; exit 75). An `at_checkpoint` request: it signals nothing;
@@ -40,111 +40,52 @@ import contextlib
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
 
 from airflow_ett._proc import ProcessTree
 from airflow_ett.jobs import attempt_id_for
-from airflow_ett.operators.base import EttTrainerOperator
+from airflow_ett.operators.base import EttJobOperator, EttTrainerOperator
 from airflow_ett.operators.errors import (
     TrainerConfigError,
     TrainerPreempted,
     default_retry_policy,
     failure_for,
 )
-from airflow_ett.operators.job import JobConfigError, JobPaths, check_train_args
+from airflow_ett.operators.job import JobConfigError, JobPaths, check_train_args, reader
+from airflow_ett.operators.log_progress import LogProgress, compile_pattern
+from airflow_ett.operators.request_watch import REQUEST_POLL_S, RequestWatcher
+from airflow_ett.protocol.env import DEFAULT_GRACE_S, GRACE_ENV, MAX_GRACE_S
 from airflow_ett.trainer.config import TrainerConfig
-from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, run_attempts
+from airflow_ett.trainer.launcher import (
+    AttemptOutcome,
+    Command,
+    LaunchResult,
+    NotStartable,
+    run_attempts,
+)
+
+__all__ = ["REQUEST_POLL_S", "CommandTrainOperator", "TorchRecTrainOperator"]
 
 ATTEMPTS_KEY = "ett_attempts_launched"
-#: How often the task looks for a preemption request while its trainer runs.
-REQUEST_POLL_S = 1.0
+#: A command line's length in arguments, at most (Linux's own limit is about this).
+MAX_COMMAND_ARGS: Final = 4096
 
 
-class _RequestWatcher:
-    """Polls the job directory for a preemption request while the trainer runs.
-
-    A `now` request: `act(request, why)` once (from this thread), and the watch ends. An
-    `at_checkpoint` one (pending, or already claimed by the trainer, which may take it
-    before a look here saw it): `hold(request)` (no restart in place: the trainer leaves
-    by itself at its next checkpoint), then the file is read again each poll: rewritten
-    as `now` (escalated), or past its `leave_by`, it is acted on as `now`; gone and
-    claimed, the trainer is leaving on it: it stands; gone and not claimed (withdrawn),
-    `release(request)` and the watch goes on, for a later request. A request made before
-    this execution began is stale (the controller saw an earlier one, which ended
-    meanwhile): it is put aside, not acted on; so is a claimed one an earlier execution
-    left (its task ended before archiving it)."""
-
-    def __init__(self, job_dir: Any, act: Any, hold: Any = None, release: Any = None,
-                 poll_s: float = REQUEST_POLL_S) -> None:
-        self.job_dir, self._act, self._poll_s = job_dir, act, poll_s
-        self._hold = hold or (lambda request: None)
-        self._release = release or (lambda request: None)
-        self.began = time.time()
-        self.request: Any = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ett-preempt-watch",
-                                        daemon=True)
-
-    def __enter__(self) -> _RequestWatcher:
-        from airflow_ett.scheduling.request import archive_claimed
-
-        archive_claimed(self.job_dir)  # this execution's trainer has not started yet
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join(timeout=5.0)
-
-    def final_request(self) -> Any:
-        """Once the trainer has exited: the request it ran under, or one it claimed and
-        left on between two looks (the claim is this execution's: see `__enter__`)."""
-        from airflow_ett.scheduling.request import read_claimed
-
-        return self.request if self.request is not None else read_claimed(self.job_dir)
-
-    def _run(self) -> None:
-        from airflow_ett.scheduling.request import archive_request, read_claimed, read_request
-
-        while not self._done.wait(self._poll_s):
-            request = read_request(self.job_dir)
-            if self.request is not None:
-                if self._settled(request):
-                    return
-                continue
-            if request is None:
-                request = read_claimed(self.job_dir)
-                if request is None:
-                    continue
-            elif request.requested_at < self.began:
-                archive_request(self.job_dir)
-                continue
-            self.request = request
-            if request.mode == "now":
-                self._act(request, "preemption request")
-                return
-            self._hold(request)
-
-    def _settled(self, request: Any) -> bool:
-        """An `at_checkpoint` request is held: follow what its file says now. True: the
-        watch is over (acted on)."""
-        from airflow_ett.scheduling.request import is_claimed
-
-        if request is None:
-            if not is_claimed(self.job_dir, self.request):
-                self._release(self.request)
-                self.request = None  # withdrawn: watch for the next one
-                return False
-            request = self.request  # claimed: the trainer is leaving on it; it stands
-        self.request = request
-        if request.mode == "now":
-            self._act(request, "preemption request escalated to now")
-            return True
-        if time.time() >= request.leave_by:
-            self._act(request, "no checkpoint by the request's leave_by")
-            return True
-        return False
+def check_command(where: str, command: object) -> list[str]:
+    """A command line: a list of strings, the program first (non-empty), no NUL byte in
+    any (the OS cannot pass one). One line naming the item otherwise."""
+    r = reader(where)
+    items = r.sequence("command", command, min_len=1)
+    if len(items) > MAX_COMMAND_ARGS:
+        raise r.fail("command", f"<{len(items)} items>", f"must have at most "
+                                                         f"{MAX_COMMAND_ARGS} items")
+    for i, item in enumerate(items):
+        r.text(f"command[{i}]", item, empty=i > 0, max_len=131_072)
+        if "\0" in item:
+            raise r.fail(f"command[{i}]", item, "must not hold a NUL byte")
+    return list(items)
 
 
 class _StopLaunches(threading.Event):
@@ -153,7 +94,7 @@ class _StopLaunches(threading.Event):
     one that left before the watcher's next look saw the claim."""
 
     def __init__(self, job_dir: Any) -> None:
-        from airflow_ett.scheduling.request import claimed_path
+        from airflow_ett.protocol.request import claimed_path
 
         super().__init__()
         self._claimed = claimed_path(job_dir)
@@ -178,42 +119,99 @@ def _preemptions_before(job_dir: Any) -> int:
     return len(list(Path(job_dir).glob("preempt_request.*.done.json")))
 
 
-class TorchRecTrainOperator(EttTrainerOperator):
-    """Train a TorchRec model: in-place restarts first, Airflow retries after.
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What one execution of a train task launches."""
 
-    :param restarts: in-place restarts of the trainer per Airflow try (0: none).
-    :param publish_in_task: publish the model inside this task, holding the GPUs (the
-        baseline; the lifecycle default publishes in a separate CPU task).
-    :param attempt_timeout_s: kill an attempt that runs longer than this (a backstop for
-        hangs the trainer's own watchdog missed); None: no limit.
+    paths: JobPaths
+    command: Command
+    env: dict[str, str]
+    grace_s: float
+    warm_standby: bool = False
+    #: our trainer's job: its files and config (publishing in the task needs them)
+    trainer: TrainerConfig | None = None
+
+
+class CommandTrainOperator(EttJobOperator):
+    """Run any trainer command as a job's GPU task: in-place restarts first, Airflow
+    retries after, preemption on request, every attempt and the job's end recorded.
+
+    The command gets the leave protocol's environment (docs/trainer-protocol.md:
+    `ETT_JOB_ID`, `ETT_ATTEMPT_ID`, `ETT_JOB_DIR`, `ETT_CHECKPOINT_DIR`, `ETT_GRACE_S`,
+    `ETT_EXIT_DIR`, ...) and is judged by its exit code (0 done, 75 left on request, 78
+    bad config: never retried, 70 hung, a signal: infra). A command that reports nothing
+    still gets Level 1 from its attempts' boundaries and, with `progress_pattern`, from
+    the step lines it prints; one that uses an adapter (`airflow_ett.adapters`) reports
+    its own phases, steps and saves (Level 2) and leaves at a checkpoint when asked.
+
+    :param command: the program and its arguments (templated), run in `cwd` (default:
+        the job's directory), once per attempt; under torchrun (`--no-python`, one
+        process per rank) when `nproc` > 1.
+    :param restarts: in-place restarts of the command per Airflow try (0: none).
+    :param grace_s: how long SIGTERM gives the command to checkpoint and leave
+        (`ETT_GRACE_S`), before SIGKILL.
+    :param progress_pattern: a regular expression with a named group `step` (optionally
+        `cursor`, `loss`): each output line it matches is reported as that step's end.
+    :param env: more environment for the command (templated).
+    :param attempt_timeout_s: kill an attempt that runs longer than this; None: no limit.
     """
 
     ett_role = "train"
     ui_color = "#d8e8fd"
+    template_fields: Sequence[str] = ("command", "env")
+    #: a subclass that builds the command itself (ours) takes none from the DAG
+    _builds_command: ClassVar[bool] = False
 
-    def __init__(self, *, queue: str = "gpu", restarts: int = 1, publish_in_task: bool = False,
-                 attempt_timeout_s: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, command: Sequence[str] | None = None, queue: str = "gpu",
+                 restarts: int = 1, grace_s: float = DEFAULT_GRACE_S,
+                 progress_pattern: str | None = None, env: Mapping[str, str] | None = None,
+                 cwd: str | None = None, attempt_timeout_s: float | None = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("retry_policy", default_retry_policy())
         super().__init__(queue=queue, **kwargs)
+        where = type(self).__name__
         self.restarts, self.publish_in_task, self.attempt_timeout_s = check_train_args(
-            type(self).__name__, restarts=restarts, publish_in_task=publish_in_task,
+            where, restarts=restarts, publish_in_task=False,
             attempt_timeout_s=attempt_timeout_s)
+        r = reader(where)
+        self.command = None if self._builds_command else check_command(where, command)
+        self.grace_s = r.number("grace_s", grace_s, minimum=0, maximum=MAX_GRACE_S)
+        self.progress_pattern = progress_pattern
+        self._pattern = compile_pattern(where, progress_pattern)
+        self.env = {k: r.text(f"env[{k!r}]", v, max_len=32_768)
+                    for k, v in r.mapping("env", env or {}).items()}
+        self.cwd = None if cwd is None else str(r.path("cwd", cwd))
         # Run state lives in execute (Airflow deep-copies operators; a lock cannot be).
         self._proc: subprocess.Popen[str] | None = None
         self._killed: threading.Event | None = None
         self._on_kill = False  # on_kill came: a withdrawn request must not undo its stop
-        self._grace_s = 30.0
+        self._grace_s = self.grace_s
+
+    def plan(self, context: Mapping[str, Any]) -> _Run:
+        """What this execution launches: the DAG's command with the protocol's
+        environment (a subclass launches its own)."""
+        paths = self.paths(context)
+        try:
+            paths.job_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrainerConfigError(f"work_dir = {str(paths.work_dir)!r}: cannot create the "
+                                     f"job's directory {paths.job_dir}: {exc.strerror or exc}"
+                                     ) from None
+        assert self.command is not None  # __init__ requires one
+        env = {**self.child_env(paths), GRACE_ENV: f"{self.grace_s:g}", **self.env}
+        return _Run(paths, Command.of(self.command, nproc=self.nproc), env, self.grace_s)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         ti = context["ti"]
         self._killed = threading.Event()
         self._on_kill = False
         try:
-            paths, cfg = self.prepare(context)
+            run = self.plan(context)
         except JobConfigError as exc:
             raise TrainerConfigError(str(exc)) from None
+        paths = run.paths
         self._killed = killed = _StopLaunches(paths.job_dir)
-        self._grace_s = cfg.grace_s
+        self._grace_s = run.grace_s
         job = self.job_id(context)
         store = context.get("task_state_store")
         try_number = int(ti.try_number)
@@ -221,34 +219,23 @@ class TorchRecTrainOperator(EttTrainerOperator):
         # A preemption reschedules the task in the same try: the restarts after it are
         # numbered on, so attempt ids stay unique (`<try>.<restart>`).
         offset = _preemptions_before(paths.job_dir) * (self.restarts + 1)
-
-        def on_start(proc: subprocess.Popen[str], number: int, attempt: str) -> None:
-            self._proc = proc
-            self.emitter(context, attempt).attempt_started(ts=time.time())
-            self.log.info("attempt %s (job attempt #%d) started: pid %d", attempt, number,
-                          proc.pid)
-            if store is not None:
-                try:
-                    store.set(ATTEMPTS_KEY, number)
-                except Exception as exc:  # the count is an aid, not a requirement
-                    self.log.warning("cannot record the attempt count: %s", exc)
-
-        def report_killed(outcome: AttemptOutcome) -> None:
-            cls = outcome.exit_class
-            self.emitter(context, outcome.attempt_id).attempt_ended(
-                cls.status, cls.cause, exit_code=outcome.exit_code, message=cls.description,
-                detected_ts=outcome.ended, ts=outcome.ended)
-
-        with _RequestWatcher(paths.job_dir, self._yield_gpus, self._yield_at_checkpoint,
-                             self._request_withdrawn) as watcher:
-            result = run_attempts(
-                paths.config_file, job, max_attempts=self.restarts + 1, first_attempt=first,
-                nproc=self.nproc,
-                attempt_id=lambda n: attempt_id_for(try_number, offset + n - first + 1),
-                env=self.child_env(paths), cwd=paths.job_dir, report_unreported=report_killed,
-                on_start=on_start, on_output=self.log.info, timeout=self.attempt_timeout_s,
-                stop=killed, warm_standby=cfg.optimizations.warm_standby,
-            )
+        hooks = _AttemptHooks(self, context, store)
+        with RequestWatcher(paths.job_dir, self._yield_gpus, self._yield_at_checkpoint,
+                            self._request_withdrawn) as watcher:
+            try:
+                result = run_attempts(
+                    run.command, job, max_attempts=self.restarts + 1, first_attempt=first,
+                    attempt_id=lambda n: attempt_id_for(try_number, offset + n - first + 1),
+                    env=run.env, cwd=self.cwd or paths.job_dir,
+                    report_unreported=hooks.ended, on_start=hooks.started,
+                    on_output=hooks.lines, timeout=self.attempt_timeout_s, stop=killed,
+                    warm_standby=run.warm_standby,
+                )
+            except NotStartable as exc:
+                self.emitter(context).job_ended("failed")
+                raise TrainerConfigError(str(exc)) from None
+            finally:
+                hooks.lines.follow(None)
         self._proc = None
         request = watcher.final_request()
         if request is not None:
@@ -260,7 +247,7 @@ class TorchRecTrainOperator(EttTrainerOperator):
                           outcome.exit_code, outcome.exit_class.description,
                           outcome.ended - outcome.started)
         if result.succeeded:
-            return self._succeeded(context, result, (paths, cfg))
+            return self._succeeded(context, result, run)
         self._failed(context, result, last_try=try_number > int(ti.max_tries))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -274,15 +261,16 @@ class TorchRecTrainOperator(EttTrainerOperator):
             return None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    def _succeeded(self, context: Mapping[str, Any], result: LaunchResult,
-                   prepared: tuple[JobPaths, TrainerConfig]) -> dict[str, Any]:
+    def _succeeded(self, context: Mapping[str, Any], result: LaunchResult, run: _Run
+                   ) -> dict[str, Any]:
         emitter = self.emitter(context)
         published = None
-        if self.publish_in_task:
+        if (self.publish_in_task and run.trainer is not None
+                and isinstance(self, EttTrainerOperator)):
             from airflow_ett.operators.publish import publish_job
 
             with emitter.phase("publish_in_gpu"):
-                published = publish_job(self, context, self.log, prepared)
+                published = publish_job(self, context, self.log, (run.paths, run.trainer))
         emitter.job_ended("success")
         emitter.flush()
         return {
@@ -339,7 +327,7 @@ class TorchRecTrainOperator(EttTrainerOperator):
         """Yield (reschedule) when the trainer left preempted (exit 75, or it claimed the
         request: torchrun hides the exit 75); a request that came as the trainer ended
         anyway is put aside, and the outcome stands."""
-        from airflow_ett.scheduling.request import archive_request, take_claimed
+        from airflow_ett.protocol.request import archive_request, take_claimed
 
         claimed = take_claimed(paths.job_dir, request)  # archived as done, if it is there
         if result.attempts and (result.last.exit_class.cause == "preemption"
@@ -356,8 +344,8 @@ class TorchRecTrainOperator(EttTrainerOperator):
 
         from airflow.exceptions import AirflowRescheduleException
 
+        from airflow_ett.protocol.request import archive_request
         from airflow_ett.scheduling.limits import RESUME_AFTER_S
-        from airflow_ett.scheduling.request import archive_request
 
         done = archive_request(paths.job_dir) or claimed
         self.emitter(context).flush()
@@ -398,3 +386,81 @@ class TorchRecTrainOperator(EttTrainerOperator):
                            list(ended.left))
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
+
+
+class TorchRecTrainOperator(CommandTrainOperator, EttTrainerOperator):
+    """Train with our TorchRec trainer: the command train task with our trainer's command
+    (`python -m airflow_ett.trainer --config <job>/trainer.json`), its warm standby and
+    its grace, and optionally publishing inside the task.
+
+    :param trainer_config: the trainer's config (see `airflow_ett.trainer.config`).
+    :param publish_in_task: publish the model inside this task, holding the GPUs (the
+        baseline; the lifecycle default publishes in a separate CPU task).
+    """
+
+    _builds_command = True
+
+    def __init__(self, *, publish_in_task: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.publish_in_task = reader(type(self).__name__).boolean("publish_in_task",
+                                                                   publish_in_task)
+
+    def plan(self, context: Mapping[str, Any]) -> _Run:
+        paths, cfg = self.prepare(context)
+        return _Run(paths, Command.trainer(paths.config_file, nproc=self.nproc),
+                    self.child_env(paths), cfg.grace_s, cfg.optimizations.warm_standby, cfg)
+
+
+class _AttemptHooks:
+    """What the task does as each attempt starts, prints and ends unreported."""
+
+    def __init__(self, op: CommandTrainOperator, context: Mapping[str, Any],
+                 store: Any) -> None:
+        self._op, self._context, self._store = op, context, store
+        self.lines = _Lines(op.log.info)
+
+    def started(self, proc: subprocess.Popen[str], number: int, attempt: str) -> None:
+        op = self._op
+        op._proc = proc
+        emitter = op.emitter(self._context, attempt)
+        emitter.attempt_started(ts=time.time())
+        if op._pattern is not None:
+            self.lines.follow(LogProgress(op._pattern, emitter))
+        op.log.info("attempt %s (job attempt #%d) started: pid %d", attempt, number, proc.pid)
+        if self._store is not None:
+            try:
+                self._store.set(ATTEMPTS_KEY, number)
+            except Exception as exc:  # the count is an aid, not a requirement
+                op.log.warning("cannot record the attempt count: %s", exc)
+
+    def ended(self, outcome: AttemptOutcome) -> None:
+        """An attempt that did not report its own end (killed, or a command that reports
+        nothing): its end from the exit code, after its last steps."""
+        self.lines.follow(None)
+        cls = outcome.exit_class
+        self._op.emitter(self._context, outcome.attempt_id).attempt_ended(
+            cls.status, cls.cause, exit_code=outcome.exit_code, message=cls.description,
+            detected_ts=outcome.ended, ts=outcome.ended)
+
+
+class _Lines:
+    """The attempts' output, line by line: into the task log, and to the running
+    attempt's progress reader when the task reads steps from the log."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self._log = log
+        self._progress: LogProgress | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        self._log(line)
+        progress = self._progress
+        if progress is not None:
+            progress.line(line)
+
+    def follow(self, progress: LogProgress | None) -> None:
+        """From now on feed `progress` (None: nobody), the previous one flushed."""
+        with self._lock:
+            previous, self._progress = self._progress, progress
+        if previous is not None:
+            previous.close()

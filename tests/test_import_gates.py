@@ -63,6 +63,9 @@ BANNED = [
     ("airflow_ett/scheduling/_probe.py", "import airflow  # noqa: F401", "airflow"),
     ("airflow_ett/scheduling/_probe.py", "import sqlalchemy  # noqa: F401", "sqlalchemy"),
     ("airflow_ett/scheduling/_probe.py", "import torch  # noqa: F401", "torch"),
+    ("airflow_ett/protocol/_probe.py", "import airflow  # noqa: F401", "airflow"),
+    ("airflow_ett/protocol/_probe.py", "import sqlalchemy  # noqa: F401", "sqlalchemy"),
+    ("airflow_ett/protocol/_probe.py", "import torch  # noqa: F401", "torch"),
 ]
 
 
@@ -99,7 +102,7 @@ def test_nested_configs_keep_the_root_settings() -> None:
     long_line = "X = " + repr("x" * 100) + "\n"
     for directory in ("airflow_ett/ett", "trainer", "airflow_ett/store", "airflow_ett/emit",
                       "airflow_ett/cli", "airflow_ett/rollup", "airflow_ett/report",
-                      "airflow_ett/scheduling"):
+                      "airflow_ett/scheduling", "airflow_ett/protocol"):
         codes = [code for code, _ in _codes(f"{directory}/_probe.py", long_line)]
         assert codes == ["E501"], (directory, codes)
 

@@ -8,7 +8,7 @@ Exit codes: 0 done, 1 application error, 75 preempted and checkpointed (resumabl
 
 Under a launcher that sets `ETT_EXIT_DIR` (ours does under torchrun, which hides every
 rank's exit code behind its own 1), each rank also leaves an exit record there
-(`faults.ExitRecord`): how it ended, for `trainer/rank_failures.py` to find the root
+(`protocol.exits.ExitRecord`): how it ended, for `trainer/rank_failures.py` to find the root
 cause of a multi-rank failure.
 """
 
@@ -26,7 +26,7 @@ import traceback  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
 # imports the stdlib alone at run time: cheap enough before the arguments are read
-from airflow_ett.trainer.faults import (  # noqa: E402
+from airflow_ett.protocol.exits import (  # noqa: E402
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
     die_on_sigterm_recorded,

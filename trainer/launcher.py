@@ -15,7 +15,7 @@ next attempt starts: it would hold the GPUs the next one needs.
 
 Under torchrun the top process's exit code is torchrun's: 1 whenever any rank failed.
 Each rank therefore leaves an exit record in a directory the launcher gives the attempt
-(`ETT_EXIT_DIR`, `faults.ExitRecord`), and the attempt's class comes from the rank whose
+(`ETT_EXIT_DIR`, `protocol.exits.ExitRecord`), and the attempt's class comes from the rank whose
 failure the others followed (`rank_failures.root_cause`), so that the operator's
 exception, its retry decision and the ETT cause all name the real cause: a SIGKILLed
 rank is infra (and reported here, since it could not), a rank that raised is
@@ -29,29 +29,20 @@ import functools
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Final, Literal
+from typing import IO, Any, Final
 
 from airflow_ett._proc import ProcessTree
 from airflow_ett._untrusted import MissingFileError, UntrustedFileError, load_json
-from airflow_ett.ett.events import FailureCause
-from airflow_ett.trainer.faults import (
-    EXIT_APPLICATION,
-    EXIT_BAD_CONFIG,
-    EXIT_DIR_ENV,
-    EXIT_HUNG,
-    EXIT_OK,
-    EXIT_PREEMPTED,
-    FIRST_STEP_FILE_ENV,
-)
+from airflow_ett.protocol.env import EXIT_DIR_ENV, FIRST_STEP_FILE_ENV
+from airflow_ett.protocol.exits import EXIT_OK, ExitClass, classify_exit
 from airflow_ett.trainer.rank_failures import (
     RankOutcome,
     parse_exit_record,
@@ -65,39 +56,6 @@ log = logging.getLogger("airflow_ett.trainer")
 # How often a running attempt's process tree is walked again, so that processes whose
 # parent died (and which init adopted) are still known when the attempt ends.
 TREE_POLL_S = 1.0
-
-@dataclass(frozen=True, slots=True)
-class ExitClass:
-    status: Literal["success", "failed"]
-    cause: FailureCause | None
-    retryable: bool
-    reported_by_child: bool  # whether the trainer itself emitted attempt_ended
-    description: str
-
-
-def classify_exit(code: int) -> ExitClass:
-    """What an attempt's exit code means. Negative codes are signals (subprocess's
-    convention); 128+N is a shell's or torchrun's way of saying the same."""
-    if code == EXIT_OK:
-        return ExitClass("success", None, False, True, "finished")
-    if code == EXIT_PREEMPTED:
-        return ExitClass("failed", "preemption", True, True, "preempted, checkpointed")
-    if code == EXIT_BAD_CONFIG:
-        return ExitClass("failed", "application", False, True,
-                         "bad configuration: a retry cannot help")
-    if code == EXIT_APPLICATION:
-        return ExitClass("failed", "application", True, True, "the training code raised")
-    if code == EXIT_HUNG:
-        return ExitClass("failed", "infra", True, True,
-                         "hung: no progress within hang_timeout_s, its watchdog ended it")
-    signum = -code if code < 0 else code - 128 if code > 128 else None
-    if signum in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
-        name = signal.Signals(signum).name
-        return ExitClass("failed", "infra", True, False, f"killed by {name}")
-    if signum == signal.SIGTERM:
-        return ExitClass("failed", "preemption", True, False, "terminated (SIGTERM)")
-    return ExitClass("failed", "unknown", True, False, f"exit code {code}")
-
 
 def classify_ranks(code: int, ranks: Sequence[RankOutcome]) -> ExitClass:
     """A torchrun attempt's class: its root-cause rank's (`rank_failures.root_cause`),
@@ -210,6 +168,11 @@ class LaunchResult:
 Reporter = Callable[[AttemptOutcome], None]
 
 
+class NotStartable(ValueError):
+    """An attempt's program cannot be started at all (missing, not executable): no
+    attempt ran, and no retry can help on this worker; the message names the program."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rendezvous:
     """How the torchrun agents of a multi-node job find each other (c10d rendezvous):
@@ -258,6 +221,44 @@ def trainer_command(config: str | Path, *, nproc: int = 1, prewarm: bool = False
     return [torchrun, *where, "--nproc-per-node", str(nproc), *args]
 
 
+@dataclass(frozen=True, slots=True)
+class Command:
+    """What each attempt runs: `argv` (already under torchrun when `nproc` > 1), and a
+    warm spare's command line when the trainer can be one (`standby_argv`, ours only).
+    `records`: the trainer may or may not speak the protocol (any command): every attempt
+    gets an exit-record directory, even a single process, and an end counts as reported
+    by the trainer only when rank 0's record says it reported it; otherwise the
+    launcher's caller reports it (a command that writes nothing still gets its
+    attempts' ends recorded, from its exit code)."""
+
+    argv: tuple[str, ...]
+    nproc: int = 1
+    standby_argv: tuple[str, ...] | None = None
+    records: bool = False
+
+    @classmethod
+    def trainer(cls, config: str | Path, *, nproc: int = 1, extra_args: Sequence[str] = (),
+                python: str = sys.executable) -> Command:
+        """Our trainer on `config` (`trainer_command`), with its warm spare's line."""
+        return cls(tuple([*trainer_command(config, nproc=nproc, python=python),
+                          *extra_args]), nproc,
+                   tuple([*trainer_command(config, standby=True, python=python),
+                          *extra_args]))
+
+    @classmethod
+    def of(cls, argv: Sequence[str], *, nproc: int = 1, python: str = sys.executable
+           ) -> Command:
+        """Any command: alone, or each rank under torchrun (`--no-python`: the command is
+        run as given, one process per rank, with torchrun's RANK, WORLD_SIZE, ...)."""
+        if not argv:
+            raise ValueError("command: must name a program")
+        if nproc <= 1:
+            return cls(tuple(argv), 1, None, True)
+        torchrun = str(Path(python).with_name("torchrun"))
+        return cls((torchrun, "--standalone", "--nproc-per-node", str(nproc), "--no-python",
+                    *argv), nproc, None, True)
+
+
 def _wait_attempt(proc: subprocess.Popen[Any], tree: ProcessTree,
                   timeout: float | None, tick: Callable[[], None] | None = None) -> int:
     """Wait for the attempt, walking its tree as it runs (and calling `tick`) every
@@ -295,7 +296,7 @@ def _wait_attempt(proc: subprocess.Popen[Any], tree: ProcessTree,
 
 
 def run_attempts(
-    config: str | Path,
+    config: str | Path | Command,
     job_id: str,
     *,
     max_attempts: int = 3,
@@ -324,12 +325,18 @@ def run_attempts(
 
     With `warm_standby` (one process per attempt only: `trainer/standby.py` says why),
     while an attempt runs the next one's process is started and warmed up beside it; a
-    restart then hands over to it instead of starting a cold process."""
+    restart then hands over to it instead of starting a cold process.
+
+    `config`: our trainer's config file (run as `Command.trainer`), or any `Command`
+    (then `nproc` and `extra_args` are the command's own)."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts = {max_attempts!r}: must be >= 1")
-    launch = _Launch(config, job_id, nproc, attempt_id, {**os.environ, **(env or {})},
-                     cwd, stdout, on_start, on_output, timeout, extra_args,
-                     warm_standby, first_attempt + max_attempts - 1)
+    command = config if isinstance(config, Command) else Command.trainer(
+        config, nproc=nproc, extra_args=extra_args)
+    launch = _Launch(command, job_id, attempt_id, {**os.environ, **(env or {})},
+                     cwd, stdout, on_start, on_output, timeout,
+                     warm_standby and command.standby_argv is not None,
+                     first_attempt + max_attempts - 1)
     result = LaunchResult()
     try:
         for number in range(first_attempt, first_attempt + max_attempts):
@@ -351,9 +358,8 @@ class _Launch:
     """What every attempt of one `run_attempts` call is started with, and the warm spare
     waiting to be the next one (`trainer/standby.py`)."""
 
-    config: str | Path
+    command: Command
     job_id: str
-    nproc: int
     attempt_id: Callable[[int], str]
     base_env: dict[str, str]
     cwd: str | Path | None
@@ -361,7 +367,6 @@ class _Launch:
     on_start: Callable[[subprocess.Popen[str], int, str], None] | None
     on_output: Callable[[str], None] | None
     timeout: float | None
-    extra_args: Sequence[str]
     warm_standby: bool
     last: int
     spare: Spare | None = None
@@ -372,22 +377,25 @@ class _Launch:
                      "a whole spare world; restarts start cold", self.nproc)
             self.warm_standby = False
 
+    @property
+    def nproc(self) -> int:
+        return self.command.nproc
+
     def attempt(self, number: int) -> AttemptOutcome:
         """Start attempt `number` (on the spare, if one is warm), start the next one's
         spare beside it, wait for it to end, classify how it ended."""
         aid = self.attempt_id(number)
         env = _attempt_env(self.base_env, self.job_id, aid, number)
         started = time.time()
-        with _attempt_dir(self.nproc > 1, "ett-exits-") as exits, \
+        with _attempt_dir(self.nproc > 1 or self.command.records, "ett-exits-") as exits, \
                 _attempt_dir(self._wants_spare(number), "ett-attempt-") as sig:
             if exits is not None:
                 env[EXIT_DIR_ENV] = str(exits)
             if sig is not None:
                 env[FIRST_STEP_FILE_ENV] = str(sig / "first-step")
             spare, self.spare = self.spare, None
-            proc, tree, reader = _launch(self.config, self.nproc, self.extra_args, env,
-                                         self.cwd, self.stdout, self.on_output, spare,
-                                         started)
+            proc, tree, reader = _launch(self.command.argv, env, self.cwd, self.stdout,
+                                         self.on_output, spare, started)
             if self.on_start is not None:
                 self.on_start(proc, number, aid)
             tick = None
@@ -402,6 +410,8 @@ class _Launch:
             ranks = exit_records(exits, self.nproc) if exits is not None else []
         # torchrun itself killed (a signal: the timeout, the OOM killer) says it all
         exit_class = classify_ranks(code, ranks) if 0 < code < 128 else classify_exit(code)
+        if self.command.records:
+            exit_class = _as_reported(exit_class, ranks)
         return AttemptOutcome(number, aid, code, exit_class, started, time.time(),
                               tuple(ranks))
 
@@ -420,8 +430,9 @@ class _Launch:
         output = self.on_output
         if output is None and self.stdout is not None:
             output = _writer(self.stdout)
+        assert self.command.standby_argv is not None  # warm_standby says there is one
         return Spare.start(
-            [*trainer_command(self.config, standby=True), *self.extra_args],
+            list(self.command.standby_argv),
             attempt_id=aid,
             env=_attempt_env(self.base_env, self.job_id, aid, number),
             cwd=None if self.cwd is None else str(self.cwd), on_output=output)
@@ -446,7 +457,17 @@ def _writer(stream: IO[str]) -> Callable[[str], None]:
     return write
 
 
-def _launch(config: str | Path, nproc: int, extra_args: Sequence[str],
+def _as_reported(exit_class: ExitClass, ranks: Sequence[RankOutcome]) -> ExitClass:
+    """A command's attempt counts as reported by the trainer only when rank 0's exit
+    record says it reported this very end itself (a trainer that writes no record, or
+    reported another cause, did not: the launcher's caller reports it)."""
+    leader = next((r for r in ranks if r.rank == 0), None)
+    reported = (leader is not None and leader.reported
+                and leader.reported_cause == exit_class.cause)
+    return replace(exit_class, reported_by_child=reported)
+
+
+def _launch(argv: Sequence[str],
             child_env: dict[str, str], cwd: str | Path | None, stdout: IO[str] | None,
             on_output: Callable[[str], None] | None, spare: Spare | None, now: float
             ) -> tuple[subprocess.Popen[str], ProcessTree, threading.Thread | None]:
@@ -456,11 +477,15 @@ def _launch(config: str | Path, nproc: int, extra_args: Sequence[str],
     if spare is not None and spare.go(now, handed):
         return spare.proc, ProcessTree(spare.proc), spare.reader
     sink: IO[str] | int | None = subprocess.PIPE if on_output is not None else stdout
-    proc = subprocess.Popen(
-        [*trainer_command(config, nproc=nproc), *extra_args], env=child_env, cwd=cwd,
-        stdout=sink, stderr=subprocess.STDOUT if sink is not None else None, text=True,
-        errors="replace",
-    )
+    try:
+        proc = subprocess.Popen(
+            list(argv), env=child_env, cwd=cwd,
+            stdout=sink, stderr=subprocess.STDOUT if sink is not None else None, text=True,
+            errors="replace",
+        )
+    except OSError as exc:  # no such program, not executable, no such cwd
+        raise NotStartable(f"command {argv[0]!r}: cannot start it here: "
+                           f"{exc.strerror or exc}") from None
     tree = ProcessTree(proc)  # before anything can signal it
     reader = pump_output(proc, on_output) if on_output is not None else None
     return proc, tree, reader

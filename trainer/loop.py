@@ -13,7 +13,7 @@ Every rank reports its own phases and its attempt's start and end, tagged with i
 rank 0 alone reports progress and checkpoints, which are the job's (`Emitter(rank=...)`;
 docs/decisions/0017-multi-rank.md).
 
-Leaving when asked (preemption, `airflow_ett/scheduling/request.py`): SIGTERM makes the
+Leaving when asked (preemption, `airflow_ett/protocol/request.py`): SIGTERM makes the
 attempt finish its step, save (unless the current step is saved already) and exit 75
 within the grace; when the pending request says `skip_save` (its save would not fit the
 grace) it exits 75 at once, saving nothing. An `at_checkpoint` request in the job
@@ -42,26 +42,30 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett.emit import Emitter, JsonlSink
-from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
-from airflow_ett.trainer.config import TrainerConfig
-from airflow_ett.trainer.contract import ModelContractError, warm_compile
-from airflow_ett.trainer.faults import (
+from airflow_ett.protocol.env import FIRST_STEP_FILE_ENV, JOB_DIR_ENV
+from airflow_ett.protocol.exits import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
     EXIT_HUNG,
     EXIT_OK,
     EXIT_PREEMPTED,
-    FIRST_STEP_FILE_ENV,
-    FaultInjector,
-    PreemptionFlag,
     exit_record,
 )
+from airflow_ett.protocol.leave import (
+    PreemptionFlag,
+    preempted_message,
+    signal_first_step,
+)
+from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
+from airflow_ett.trainer.config import TrainerConfig
+from airflow_ett.trainer.contract import ModelContractError, warm_compile
+from airflow_ett.trainer.faults import FaultInjector
 from airflow_ett.trainer.model import build_for, shard, single_process
 from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
 from airflow_ett.trainer.watchdog import HangWatchdog
 
 if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) load late
-    from airflow_ett.scheduling.request import PreemptRequest
+    from airflow_ett.protocol.request import PreemptRequest
     from airflow_ett.trainer.checkpoint import CheckpointManager, SaveResult
     from airflow_ett.trainer.compile_cache import CompileCache
     from airflow_ett.trainer.data import Batch, DataPipeline
@@ -554,16 +558,12 @@ class Trainer:
         only then does the checkpoint group carry the verdict, so no rank leaves on a
         request the controller took back. One made before this attempt started is not
         this attempt's: the train task puts it aside."""
-        from airflow_ett.scheduling.request import claim_request, parse_request
+        from airflow_ett.protocol.leave import claim_at_save
+        from airflow_ett.protocol.request import parse_request
 
         found: str | None = None
-        job_dir = os.environ.get("ETT_JOB_DIR")
-        if self.env.is_reporter and job_dir:
-            try:
-                request = claim_request(Path(job_dir), since=self.process_start)
-            except OSError as exc:  # the job dir is shared storage: not worth failing for
-                log.warning("cannot look for a preemption request in %s: %s", job_dir, exc)
-                request = None
+        if self.env.is_reporter:
+            request = claim_at_save(_job_dir(), since=self.process_start)
             if request is not None:
                 found = request.to_json()
         found = self.manager.broadcast(found)
@@ -675,12 +675,8 @@ class Trainer:
     def _after_first_step(self) -> None:
         """Compilation is complete once backward ran: report it, and save a cache that
         missed (off the loop's critical path; `close` joins it so the entry is whole)."""
-        first_step_file = os.environ.get(FIRST_STEP_FILE_ENV)
-        if first_step_file and self.env.is_reporter:  # the launcher's cue for a spare
-            try:
-                Path(first_step_file).touch()
-            except OSError as exc:
-                log.warning("cannot signal the first step (%s): %s", first_step_file, exc)
+        if self.env.is_reporter:  # the launcher's cue for a spare
+            signal_first_step(_env_path(FIRST_STEP_FILE_ENV))
         if self.cfg.compile:
             _log_compile_counters("after the first real step")
         cache, self._cache_to_save = self._cache_to_save, None
@@ -762,13 +758,13 @@ class Trainer:
         """The pending request when it says `skip_save`, the same on every rank: rank 0
         reads it (one small file read, on this path only) and every rank gets its verdict
         (`_agree_now`)."""
-        from airflow_ett.scheduling.request import parse_request, read_request
+        from airflow_ett.protocol.leave import skip_save_request
+        from airflow_ett.protocol.request import parse_request
 
         found: str | None = None
-        job_dir = os.environ.get("ETT_JOB_DIR")
-        if self.env.is_reporter and job_dir:
-            request = read_request(Path(job_dir))
-            if request is not None and request.skip_save:
+        if self.env.is_reporter:
+            request = skip_save_request(_job_dir())
+            if request is not None:
                 found = request.to_json()
         found = self._agree_now(found)
         return parse_request(found) if found is not None else None
@@ -912,24 +908,18 @@ def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]
 
 
 def _preempted_message(left_for: PreemptRequest | None = None) -> str:
-    """The `attempt_ended` message of a preempted attempt: the controller's reason when a
-    preemption request asked for it (left in `$ETT_JOB_DIR` by the preemption controller,
-    `airflow_ett/scheduling/request.py`; `left_for`: the one the attempt left on by
-    itself: an `at_checkpoint` one, or a `skip_save` one on SIGTERM), else what
-    happened."""
-    if left_for is not None and left_for.skip_save:
-        return (f"SIGTERM on request, left without saving (its exit save would not fit "
-                f"the {left_for.grace_s:g} s grace): {left_for.reason}")[:500]
-    if left_for is not None:
-        return f"left at its checkpoint on request: {left_for.reason}"[:500]
-    job_dir = os.environ.get("ETT_JOB_DIR")
-    if job_dir:
-        from airflow_ett.scheduling.request import read_request
+    """The `attempt_ended` message of a preempted attempt (`protocol.leave`)."""
+    return preempted_message(left_for, _job_dir())
 
-        request = read_request(Path(job_dir))
-        if request is not None:
-            return f"SIGTERM on request, checkpointed and left: {request.reason}"[:500]
-    return "SIGTERM: checkpointed and left"
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _job_dir() -> Path | None:
+    """The job directory the task gave (`$ETT_JOB_DIR`): where a request is left."""
+    return _env_path(JOB_DIR_ENV)
 
 
 def _rank_emitter(ident: Identity, env: DistEnv, sink: JsonlSink | None) -> Emitter:

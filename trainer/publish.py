@@ -539,9 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m airflow_ett.trainer.publish --config FILE --out DIR [--metrics JSON]`:
     publish, print the version directory. Exit 0, 1 (nothing or a refusal to publish),
     or 78 (bad config or arguments: retrying will not help), like the trainer."""
+    from airflow_ett.protocol.exits import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_OK
     from airflow_ett.trainer import TorchRecMissingError, require_torchrec
     from airflow_ett.trainer.config import ConfigError, load_config
-    from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_OK
 
     parser = argparse.ArgumentParser(
         prog="python -m airflow_ett.trainer.publish",

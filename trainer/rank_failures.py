@@ -8,7 +8,7 @@ whole seconds, and its "root cause" can be a survivor's consequence: when one ra
 leaves, its peers fail in their next collective (gloo: "Connection closed by peer", a
 plain RuntimeError) or are SIGTERMed by torchrun, and those errors are recorded too.
 
-So each rank leaves an exit record (`write_exit_record` in `faults.py`): its exit code,
+So each rank leaves an exit record (`protocol.exits.ExitRecord`): its exit code,
 when it failed, and when it got a SIGTERM, if it did. A rank that was killed without
 warning (SIGKILL, the OOM killer, a segfault) cannot write one: its record still says
 `running`, or there is none. From those records, `root_cause` picks the rank whose
@@ -41,12 +41,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from airflow_ett.protocol.exits import EXIT_BAD_CONFIG
+
 EXIT_RECORD_VERSION: Final = 1
 #: `running`: written as the rank started, never overwritten (it died without a word);
 #: `exited`: its exit path ran.
 RecordState = Literal["running", "exited"]
-EXIT_BAD_CONFIG: Final = 78  # as in faults.py (this module imports nothing of the trainer)
-EXIT_PREEMPTED: Final = 75
 
 Tier = Literal["bad_config", "silent", "failed", "terminated"]
 TIERS: Final[tuple[Tier, ...]] = ("bad_config", "silent", "failed", "terminated")
@@ -71,6 +71,9 @@ class RankOutcome:
     sigterm_at: float | None = None
     error: str | None = None
     reported_cause: str | None = None  # the cause its own attempt_ended gave, if any
+    #: whether it reported its attempt's end itself (a trainer that speaks the protocol;
+    #: `reported_cause` None and `reported` True: it reported a success)
+    reported: bool = False
 
     @property
     def failed(self) -> bool:
@@ -170,4 +173,5 @@ def parse_exit_record(record: object, *, rank: int) -> RankOutcome:
         return RankOutcome(rank, None, None, sigterm_at)
     code = _integer(record, "exit_code", optional=False)
     return RankOutcome(rank, code, _number(record, "failed_at"), sigterm_at,
-                       _text(record, "error"), _text(record, "reported_cause", 32))
+                       _text(record, "error"), _text(record, "reported_cause", 32),
+                       "reported_cause" in record)

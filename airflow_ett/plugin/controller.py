@@ -6,7 +6,7 @@ One tick: the tenants file in force (none, or `[scheduling] preemption = false`:
 log, act on nothing); the train tasks in the tenants' pools from Airflow's metadata
 database (read-only, one query, like the scheduler's own); the running ones' live state
 from the ETT store; `scheduling.snapshot.fleet_state`, then `victims.choose`. Each victim
-gets a request in its job directory (`scheduling/request.py`) in the decision's mode
+gets a request in its job directory (`protocol/request.py`) in the decision's mode
 (`now`, or `at_checkpoint` with a `leave_by`; a `now` one with the decision's
 `skip_save`); its train task does the rest (checkpoint or leave at the next one, or
 leave at once without saving; reschedule without a retry).
@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from airflow_ett.protocol.request import PreemptRequest
     from airflow_ett.scheduling.model import Decision, FleetState
-    from airflow_ett.scheduling.request import PreemptRequest
     from airflow_ett.scheduling.save_times import SavePrior
     from airflow_ett.scheduling.snapshot import TaskState, TrainTask
     from airflow_ett.scheduling.tenants import TenantsConfig
@@ -155,14 +155,14 @@ def _job_dir(work_dir: Path, task: TrainTask) -> Path:
 
 def pending_requests(tasks: Sequence[TrainTask], work_dir: Path) -> dict[str, PreemptRequest]:
     """The pending request of each running train task that has one (victim job -> it)."""
-    from airflow_ett.scheduling.request import read_request
+    from airflow_ett.protocol.request import read_request
 
     return _each_running(tasks, work_dir, read_request)
 
 
 def claimed_requests(tasks: Sequence[TrainTask], work_dir: Path) -> dict[str, PreemptRequest]:
     """The request each running train task's trainer claimed to leave on, if any."""
-    from airflow_ett.scheduling.request import read_claimed
+    from airflow_ett.protocol.request import read_claimed
 
     return _each_running(tasks, work_dir, read_claimed)
 
@@ -184,7 +184,7 @@ def settle_requests(tasks: Sequence[TrainTask], config: TenantsConfig, work_dir:
     place of a pending one: the trainer is leaving on it), withdraw and escalate as it
     says; returns the yielding victims' requests and what was done (a Tick without a
     state yet)."""
-    from airflow_ett.scheduling.request import withdraw_request, write_request
+    from airflow_ett.protocol.request import withdraw_request, write_request
     from airflow_ett.scheduling.snapshot import review_requests
 
     claimed = claimed_requests(tasks, work_dir)
@@ -229,7 +229,7 @@ def act(state: FleetState, decisions: Sequence[Decision], tasks: Sequence[TrainT
         ) -> Tick:
     """Leave a request for every victim chosen (yielding ones are not in the state the
     decisions saw, so none has one pending); `tick` carries what `settle_requests` did."""
-    from airflow_ett.scheduling.request import PreemptRequest, leave_by_for, write_request
+    from airflow_ett.protocol.request import PreemptRequest, leave_by_for, write_request
 
     tick = tick if tick is not None else Tick()
     tick.state, tick.decisions = state, list(decisions)

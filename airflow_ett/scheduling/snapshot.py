@@ -31,6 +31,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from airflow_ett.protocol.request import PreemptRequest
 from airflow_ett.scheduling.live import LiveState, running_job
 from airflow_ett.scheduling.model import (
     DEFAULT_WAIT_PRICE,
@@ -40,7 +41,6 @@ from airflow_ett.scheduling.model import (
     TenantPolicy,
     WaitingJob,
 )
-from airflow_ett.scheduling.request import PreemptRequest
 
 #: What a restart is taken to cost when a job's own history does not say (seconds).
 DEFAULT_RESTART_S: Final = 300.0

@@ -11,9 +11,9 @@ import pytest
 
 from airflow_ett.cli.preemption import _print_tick
 from airflow_ett.plugin.controller import Tick, act, settle_requests
+from airflow_ett.protocol.request import LEAVE_BY_MARGIN_S, read_request
 from airflow_ett.scheduling.live import LiveState
 from airflow_ett.scheduling.model import TenantPolicy
-from airflow_ett.scheduling.request import LEAVE_BY_MARGIN_S, read_request
 from airflow_ett.scheduling.snapshot import OVERDUE_MARGIN_S, TrainTask, fleet_state
 from airflow_ett.scheduling.tenants import TenantsConfig
 from airflow_ett.scheduling.victims import choose
@@ -158,7 +158,7 @@ def test_an_escalated_request_saves(tmp_path: Path) -> None:
 
 def test_a_claimed_request_is_yielding_never_withdrawn_nor_escalated(
         tmp_path: Path) -> None:
-    from airflow_ett.scheduling.request import claim_request, read_claimed
+    from airflow_ett.protocol.request import claim_request, read_claimed
 
     look(tmp_path, TASKS, {"b1": live("b1", 45.0)})
     asked = read_request(job_dir(tmp_path, "b1"))
@@ -182,7 +182,7 @@ def test_a_withdrawal_the_trainers_claim_beat_keeps_the_victim_yielding(
     """The race: the controller read the request pending, the trainer claimed it before
     the controller's rename; that withdrawal finds nothing, and the request stands."""
     import airflow_ett.plugin.controller as controller
-    from airflow_ett.scheduling.request import claim_request, read_claimed
+    from airflow_ett.protocol.request import claim_request, read_claimed
 
     look(tmp_path, TASKS, {"b1": live("b1", 45.0)})
     asked = read_request(job_dir(tmp_path, "b1"))

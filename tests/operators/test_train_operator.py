@@ -166,7 +166,8 @@ def test_on_kill_asks_the_trainer_to_checkpoint_and_leave(ett_home: Path) -> Non
 ])
 def test_each_exit_code_becomes_the_failure_airflow_retries_or_not(
         code: int, raised: str, ett_home: Path) -> None:
-    from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult, classify_exit
+    from airflow_ett.protocol.exits import classify_exit
+    from airflow_ett.trainer.launcher import AttemptOutcome, LaunchResult
 
     op = operator()
     result = LaunchResult([AttemptOutcome(1, "1.1", code, classify_exit(code), 0.0, 1.0)])
@@ -225,7 +226,7 @@ def test_a_preemption_request_checkpoints_yields_and_resumes_in_the_same_try(
     from airflow.exceptions import AirflowRescheduleException
 
     from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+    from airflow_ett.protocol.request import PreemptRequest, read_request, write_request
 
     op = operator(restarts=1, config={"steps": 400, "step_sleep_s": 0.02,
                                       "checkpoint_interval": 1000})
@@ -269,7 +270,7 @@ def test_a_preemption_request_checkpoints_yields_and_resumes_in_the_same_try(
 def test_a_request_made_before_the_task_began_is_stale_and_ignored(ett_home: Path) -> None:
     """The controller saw an earlier execution: its request must not preempt this one."""
     from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+    from airflow_ett.protocol.request import PreemptRequest, read_request, write_request
 
     job_dir = job_paths(ett_home / "ett_work", "ett_test", "stale").job_dir
     job_dir.mkdir(parents=True)
@@ -299,7 +300,7 @@ def test_an_at_checkpoint_request_leaves_at_the_next_checkpoint_without_a_signal
 
     from airflow_ett.ett.events import CheckpointSaved
     from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import PreemptRequest, read_request, write_request
+    from airflow_ett.protocol.request import PreemptRequest, read_request, write_request
 
     op = operator(restarts=1, config={"steps": 400, "step_sleep_s": 0.02,
                                       "checkpoint_interval": 60})
@@ -344,7 +345,7 @@ def test_a_withdrawn_request_lets_training_go_on_and_a_late_one_falls_back_to_no
     from airflow.exceptions import AirflowRescheduleException
 
     from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import (
+    from airflow_ett.protocol.request import (
         PreemptRequest,
         withdraw_request,
         write_request,
@@ -390,7 +391,7 @@ def test_a_request_withdrawn_after_the_trainer_claimed_it_still_reschedules(
     from airflow.exceptions import AirflowRescheduleException
 
     from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import (
+    from airflow_ett.protocol.request import (
         CLAIMED_FILE,
         PreemptRequest,
         read_request,
@@ -442,8 +443,9 @@ def test_the_watcher_holds_a_request_claimed_before_it_looked_and_puts_old_claim
     """The trainer may claim a request between two looks (even leave on it): the watcher
     holds it all the same, and no restart in place follows a claim. A claimed file an
     earlier execution left is put aside before this one's trainer starts."""
-    from airflow_ett.operators.train import _RequestWatcher, _StopLaunches
-    from airflow_ett.scheduling.request import (
+    from airflow_ett.operators.request_watch import RequestWatcher
+    from airflow_ett.operators.train import _StopLaunches
+    from airflow_ett.protocol.request import (
         CLAIMED_FILE,
         PreemptRequest,
         claim_request,
@@ -460,7 +462,7 @@ def test_the_watcher_holds_a_request_claimed_before_it_looked_and_puts_old_claim
     ask(time.time() - 60)  # an earlier execution's
     held: list[Any] = []
     stop = _StopLaunches(tmp_path)
-    with _RequestWatcher(tmp_path, act=held.append, hold=held.append, poll_s=0.05) as watcher:
+    with RequestWatcher(tmp_path, act=held.append, hold=held.append, poll_s=0.05) as watcher:
         assert not (tmp_path / CLAIMED_FILE).exists() and not stop.is_set()
         assert len(list(tmp_path.glob("preempt_request.*.done.json"))) == 1
         mine = ask(time.time())
@@ -534,7 +536,7 @@ def test_a_reschedule_date_never_overflows(tmp_path: Path) -> None:
     from airflow.exceptions import AirflowRescheduleException
 
     from airflow_ett.operators.job import job_paths
-    from airflow_ett.scheduling.request import PreemptRequest
+    from airflow_ett.protocol.request import PreemptRequest
 
     op = operator(record=False)
     request = PreemptRequest(victim="v", for_job="w", reason="r", requested_at=time.time(),

@@ -3,9 +3,9 @@ and the store's live states (`airflow_ett.scheduling.snapshot`)."""
 
 from __future__ import annotations
 
+from airflow_ett.protocol.request import PreemptRequest
 from airflow_ett.scheduling.live import LiveState
 from airflow_ett.scheduling.model import TenantPolicy
-from airflow_ett.scheduling.request import PreemptRequest
 from airflow_ett.scheduling.snapshot import (
     DEFAULT_RESTART_S,
     OVERDUE_MARGIN_S,

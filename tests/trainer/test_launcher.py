@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ett.trainer.launcher import classify_exit, run_attempts, trainer_command
+from airflow_ett.protocol.exits import classify_exit
+from airflow_ett.trainer.launcher import run_attempts, trainer_command
 from tests.proc_tree import TreeRecorder, still_running
 
 

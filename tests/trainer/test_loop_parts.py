@@ -160,7 +160,7 @@ def test_fault_kinds_are_the_literal_type() -> None:
 def test_the_exit_codes_module_imports_the_stdlib_alone() -> None:
     # __main__ imports it before parsing arguments: it must not start torch (whose import
     # is part of trainer_init, measured from the process start) nor the trainer's config.
-    code = ("import sys, airflow_ett.trainer.faults as f; "
+    code = ("import sys, airflow_ett.protocol.exits as f; "
             "print(f.EXIT_BAD_CONFIG, sorted(m for m in ('torch', 'airflow', "
             "'airflow_ett.trainer.config') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from airflow_ett.protocol.exits import EXIT_BAD_CONFIG
 from airflow_ett.trainer.config import ConfigError, config_from_mapping
-from airflow_ett.trainer.faults import EXIT_BAD_CONFIG
 from airflow_ett.trainer.model_config import BUNDLED
 from airflow_ett.trainer.preflight import (
     MEMORY_LIMIT_ENV,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_ett.trainer.faults import ExitRecord
+from airflow_ett.protocol.exits import ExitRecord
 from airflow_ett.trainer.launcher import classify_ranks, exit_records
 from airflow_ett.trainer.rank_failures import (
     ExitRecordError,
@@ -197,7 +197,8 @@ def test_the_trainer_side_writes_what_the_launcher_reads(
     rec.exit(1)
     rec.exit(0)  # the first exit stands
     got = exit_records(tmp_path, 4)[3]
-    assert got == RankOutcome(3, 1, T + 1, T, "RuntimeError: peer gone", "application")
+    assert got == RankOutcome(3, 1, T + 1, T, "RuntimeError: peer gone", "application",
+                              reported=True)
     assert tier(got) == "terminated"
     assert not list(tmp_path.glob(".*tmp"))  # written by rename: no leftovers
 
@@ -210,7 +211,7 @@ def test_a_sigterm_before_the_trainer_loop_still_kills_but_is_on_record(
     import sys
 
     code = ("import os, signal, time\n"
-            "from airflow_ett.trainer.faults import die_on_sigterm_recorded, exit_record\n"
+            "from airflow_ett.protocol.exits import die_on_sigterm_recorded, exit_record\n"
             "exit_record.start()\n"
             "die_on_sigterm_recorded()\n"
             "os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -20,8 +20,13 @@ import torch
 from airflow_ett.emit import Emitter, JsonlSink
 from airflow_ett.ett.attribution import attribute_job
 from airflow_ett.ett.events import read_events
+from airflow_ett.protocol.exits import (
+    EXIT_APPLICATION,
+    EXIT_BAD_CONFIG,
+    EXIT_HUNG,
+    EXIT_OK,
+)
 from airflow_ett.trainer.config import load_config
-from airflow_ett.trainer.faults import EXIT_APPLICATION, EXIT_BAD_CONFIG, EXIT_HUNG, EXIT_OK
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
 from airflow_ett.trainer.loop import load_final_state
 

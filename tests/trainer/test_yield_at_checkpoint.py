@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from airflow_ett.ett.events import AttemptEnded, CheckpointSaved, Event, read_events
-from airflow_ett.scheduling.request import (
+from airflow_ett.protocol.exits import EXIT_OK, EXIT_PREEMPTED
+from airflow_ett.protocol.request import (
     REQUEST_FILE,
     PreemptRequest,
     read_claimed,
@@ -28,7 +29,6 @@ from airflow_ett.scheduling.request import (
 )
 from airflow_ett.trainer.checkpoint import read_marker
 from airflow_ett.trainer.config import load_config
-from airflow_ett.trainer.faults import EXIT_OK, EXIT_PREEMPTED
 from airflow_ett.trainer.loop import load_final_state
 from tests.hostile import deep_json, fifo, not_utf8
 from tests.trainer.test_trainer_e2e import write_config

@@ -1,4 +1,4 @@
-"""The preemption request file (`airflow_ett.scheduling.request`)."""
+"""The preemption request file (`airflow_ett.protocol.request`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from airflow_ett.scheduling import request as request_module
-from airflow_ett.scheduling.request import (
+from airflow_ett.protocol import request as request_module
+from airflow_ett.protocol.request import (
     CLAIMED_FILE,
     LEAVE_BY_MARGIN_S,
     REQUEST_FILE,
@@ -271,7 +271,7 @@ def test_a_withdrawal_between_the_claims_read_and_rename_leaves_nothing_claimed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller's rename lands after the trainer read the request but before its
     own rename: the trainer's rename fails, and it leaves on nothing."""
-    import airflow_ett.scheduling.request as module
+    import airflow_ett.protocol.request as module
 
     write_request(tmp_path, AT)
     real = module._parsed
@@ -292,7 +292,7 @@ def test_a_request_replaced_before_the_claim_is_put_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Withdrawn and a new request written between the trainer's read and its rename: the
     trainer took a request it did not read; it puts it back and leaves on nothing."""
-    import airflow_ett.scheduling.request as module
+    import airflow_ett.protocol.request as module
 
     write_request(tmp_path, AT)
     real = module._parsed
