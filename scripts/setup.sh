@@ -12,7 +12,7 @@
 # with, while it still works; otherwise python3.11, then python3, from PATH. A .venv built
 # with another interpreter than the chosen one is rebuilt.
 #
-# Steps: Python 3.11 check -> venv -> pip -> pip install -c constraints.txt -e ".[dev]"
+# Steps: Python 3.11 check -> venv -> pip -> pip install -c constraints.txt -e ".[dev,lightning,hf]"
 # -> pip install -c constraints.txt --no-deps torchrec (it declares the CUDA fbgemm-gpu;
 # docs/decisions/0001-dependency-pins.md) -> import check -> stamp.
 set -euo pipefail
@@ -158,7 +158,7 @@ pip_step() {  # quiet pip step; its output goes to .venv/setup.log, shown on fai
 
 # 4. Packages, pinned by constraints.txt.
 pip_step -c constraints.txt --upgrade pip setuptools
-pip_step -c constraints.txt -e ".[dev]"
+pip_step -c constraints.txt -e ".[dev,lightning,hf]"
 pip_step -c constraints.txt --no-deps "torchrec==$TORCHREC_VERSION"
 
 # 5. Verify, then stamp.

@@ -42,8 +42,8 @@ run() {  # run a pip step quietly; show its log if it fails
 say "throwaway venv in $WORK/venv ($("$PY" -V 2>&1))"
 "$PY" -m venv "$WORK/venv"
 run "$VPY" -m pip install --upgrade pip
-say "resolving pyproject.toml: pip install -e \".[dev]\" (about a minute)"
-run "$VPY" -m pip install -e "$ROOT[dev]"
+say "resolving pyproject.toml: pip install -e \".[dev,lightning,hf]\" (about a minute)"
+run "$VPY" -m pip install -e "$ROOT[dev,lightning,hf]"
 say "pip install --no-deps torchrec==$TORCHREC_VERSION"
 run "$VPY" -m pip install --no-deps "torchrec==$TORCHREC_VERSION"
 
@@ -64,7 +64,7 @@ grep -qiE '^fbgemm[-_]gpu[-_]cpu==' "$FROZEN" || die "fbgemm-gpu-cpu missing fro
     echo "#"
     echo "# Produced on $(date -u '+%Y-%m-%d %H:%M:%S UTC') with $("$VPY" -V 2>&1) ($(uname -m)), $("$VPY" -m pip -V | cut -d' ' -f1-2), by:"
     echo "#   python3.11 -m venv /tmp/venv && /tmp/venv/bin/python -m pip install --upgrade pip"
-    echo "#   /tmp/venv/bin/python -m pip install -e \".[dev]\""
+    echo "#   /tmp/venv/bin/python -m pip install -e \".[dev,lightning,hf]\""
     echo "#   /tmp/venv/bin/python -m pip install --no-deps torchrec==$TORCHREC_VERSION"
     echo "#   /tmp/venv/bin/python -m pip freeze --all --exclude-editable"
     echo "# torchrec is installed with --no-deps in a second step: it declares the CUDA"

@@ -1,0 +1,67 @@
+"""Injected failures for the example trainers: `--fail KIND@STEP[@ATTEMPT]`.
+
+The examples are trainers a user writes; a fault is how a demo or a test makes one fail
+on purpose, at a known step of a known job attempt (`$ETT_ATTEMPT_NUMBER`, default 1):
+`raise` (an application error: exit 1), `kill` (SIGKILL: a lost host), `sigterm` (as a
+`now` preemption does), `refuse` (a config error: exit 78, never retried).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from dataclasses import dataclass
+from typing import Final
+
+from airflow_ett.adapters.job import Refused
+
+KINDS: Final = ("raise", "kill", "sigterm", "refuse")
+
+
+class InjectedFailure(RuntimeError):
+    """The `raise` fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str
+    step: int
+    attempt: int = 1
+
+    def due(self, step: int) -> bool:
+        attempt = int(os.environ.get("ETT_ATTEMPT_NUMBER", "1") or 1)
+        return step == self.step and attempt == self.attempt
+
+    def fire(self) -> None:
+        if self.kind == "raise":
+            raise InjectedFailure(f"injected failure after step {self.step}")
+        if self.kind == "refuse":
+            raise Refused(f"injected config error after step {self.step}")
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def parse_fault(text: str) -> Fault:
+    """`KIND@STEP[@ATTEMPT]`, for argparse (its error names the argument)."""
+    parts = text.split("@")
+    if len(parts) not in (2, 3) or parts[0] not in KINDS or not all(
+            p.isdigit() and int(p) >= 1 for p in parts[1:]):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: must be KIND@STEP[@ATTEMPT], KIND one of {list(KINDS)}, STEP and "
+            "ATTEMPT whole numbers >= 1")
+    return Fault(parts[0], *(int(p) for p in parts[1:]))
+
+
+def check(faults: list[Fault], step: int) -> None:
+    """Fire the faults due after `step` (of this attempt)."""
+    for fault in faults:
+        if fault.due(step):
+            fault.fire()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fail", type=parse_fault, action="append", default=[],
+                        metavar="KIND@STEP[@ATTEMPT]", help="inject a failure (repeatable)")

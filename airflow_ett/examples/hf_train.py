@@ -1,0 +1,78 @@
+"""A Hugging Face `Trainer` job, as its team already has it, run as a lifecycle job.
+
+A one-layer GPT-2 built from a config (no download) learns a synthetic token sequence;
+the lines that make it a job are marked `# ett`. Run it alone
+(`python -m airflow_ett.examples.hf_train --steps 40 --dir /tmp/hf`) or from
+`dags/ett_hf_example.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from airflow_ett.adapters import job  # ett
+from airflow_ett.adapters.hf import EttHFCallback  # ett
+from airflow_ett.examples import faults
+
+BATCH = 8
+
+
+class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __init__(self, n: int = 256, length: int = 16, vocab: int = 64) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.rows = torch.randint(0, vocab, (n, length), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.rows[i], "labels": self.rows[i]}
+
+
+class Faults(TrainerCallback):
+    def __init__(self, planned: list[faults.Fault], step_sleep: float) -> None:
+        self.planned, self.step_sleep = planned, step_sleep
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.step_sleep:  # a heavier model's step, on a laptop
+            time.sleep(self.step_sleep)
+        faults.check(self.planned, state.global_step)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
+    parser.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    faults.add_arguments(parser)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
+    model = GPT2LMHeadModel(config)  # type: ignore[no-untyped-call]
+    with job() as ett:  # ett
+        out = args.dir or str(ett.checkpoint_dir or "checkpoints")
+        training = TrainingArguments(output_dir=out, max_steps=args.steps,
+                                     save_steps=args.every, per_device_train_batch_size=BATCH,
+                                     report_to=[], use_cpu=True, disable_tqdm=True,
+                                     logging_strategy="no", seed=0)
+        trainer = Trainer(model=model, args=training, train_dataset=Tokens(),
+                          callbacks=[Faults(args.fail, args.step_sleep),
+                                     EttHFCallback(ett, samples_per_step=BATCH)])  # ett
+        trainer.train(resume_from_checkpoint=get_last_checkpoint(out))  # type: ignore[no-untyped-call]
+
+
+if __name__ == "__main__":
+    main()

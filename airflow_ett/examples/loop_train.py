@@ -1,0 +1,76 @@
+"""A bare PyTorch training loop run as a lifecycle job: the context-manager adapter.
+
+A small MLP on seeded synthetic data, checkpoints of its own (`torch.save`, written whole
+then renamed). The lines that make it a job are marked `# ett`. Run it alone
+(`python -m airflow_ett.examples.loop_train --steps 40 --dir /tmp/loop`) or from
+`dags/ett_loop_example.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from airflow_ett.adapters import job  # ett
+from airflow_ett.examples import faults
+
+BATCH = 16
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
+    parser.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    faults.add_arguments(parser)
+    args = parser.parse_args(argv)
+    with job() as ett:  # ett
+        with ett.phase("model_creation"):  # ett
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
+                                        torch.nn.Linear(32, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        directory = Path(args.dir or ett.checkpoint_dir or "checkpoints")
+        state_file, step = directory / "state.pt", 0
+        if state_file.exists():
+            with ett.phase("checkpoint_restore"):  # ett
+                state = torch.load(state_file, weights_only=True)
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                step = int(state["step"])
+        ett.resumed(step, step * BATCH)  # ett
+
+        def save() -> None:
+            directory.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "step": step}, directory / "state.tmp")
+            os.replace(directory / "state.tmp", state_file)
+
+        while step < args.steps and not ett.should_leave:  # ett: leave when asked
+            ett.begin_step()  # ett
+            g = torch.Generator().manual_seed(step)  # the data of step `step`, resumable
+            x = torch.randn(BATCH, 8, generator=g)
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            if args.step_sleep:  # a heavier model's step, on a laptop
+                time.sleep(args.step_sleep)
+            step += 1
+            ett.step(step, step * BATCH, loss=loss.item())  # ett
+            faults.check(args.fail, step)
+            if step % args.every == 0 or step == args.steps:
+                with ett.checkpoint(step, step * BATCH):  # ett
+                    save()
+        if ett.should_save:  # ett: SIGTERM between two saves
+            with ett.checkpoint(step, step * BATCH):
+                save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""A TorchRec `TrainPipeline` loop, as a team writes one, run as a lifecycle job.
+
+TorchRec's own DLRM on TorchRec's random recommendation data (no download), stepped by
+`TrainPipelineBase` (`TrainPipelineSparseDist` on sharded GPUs is wrapped the same way);
+checkpoints are the team's own (`torch.save`, written whole then renamed). The lines that
+make it a job are marked `# ett`. Run it alone
+(`python -m airflow_ett.examples.torchrec_pipeline_train --steps 40 --dir /tmp/tr`) or
+from `dags/ett_torchrec_pipeline_example.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import time
+from pathlib import Path
+
+import torch
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+from torchrec.datasets.random import RandomRecDataset
+from torchrec.distributed.train_pipeline import TrainPipelineBase
+from torchrec.models.dlrm import DLRM, DLRMTrain
+
+from airflow_ett.adapters import job  # ett
+from airflow_ett.adapters.torchrec import EttTrainPipeline  # ett
+from airflow_ett.examples import faults
+
+KEYS = ["user", "item"]
+BATCH = 32
+
+
+class Slow(torch.nn.Module):
+    """The model, each step `seconds` longer (a heavier model's step, on a laptop)."""
+
+    def __init__(self, inner: torch.nn.Module, seconds: float) -> None:
+        super().__init__()
+        self.inner, self.seconds = inner, seconds
+
+    def forward(self, batch: object) -> object:
+        if self.seconds:
+            time.sleep(self.seconds)
+        return self.inner(batch)
+
+
+def build() -> DLRMTrain:
+    tables = [EmbeddingBagConfig(name=f"t_{k}", embedding_dim=8, num_embeddings=100,
+                                 feature_names=[k]) for k in KEYS]
+    return DLRMTrain(DLRM(embedding_bag_collection=EmbeddingBagCollection(tables=tables),
+                          dense_in_features=8, dense_arch_layer_sizes=[16, 8],
+                          over_arch_layer_sizes=[16, 1]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
+    parser.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    faults.add_arguments(parser)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    model = build()
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    with job() as ett:  # ett
+        directory = Path(args.dir or ett.checkpoint_dir or "checkpoints")
+        state_file = directory / "state.pt"
+        step = 0
+        if state_file.exists():
+            with ett.phase("checkpoint_restore"):  # ett
+                state = torch.load(state_file, weights_only=True)
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                step = int(state["step"])
+
+        def save() -> None:
+            directory.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "step": step}, directory / "state.tmp")
+            os.replace(directory / "state.tmp", state_file)
+
+        data = RandomRecDataset(keys=KEYS, batch_size=BATCH, hash_size=100, num_dense=8,
+                                manual_seed=0, num_generated_batches=-1)
+        batches = itertools.islice(iter(data), step, None)  # resume the data at its step
+        pipeline: EttTrainPipeline[object, object] = EttTrainPipeline(  # ett
+            TrainPipelineBase(Slow(model, args.step_sleep), optimizer, torch.device("cpu")),
+            ett, start_step=step, samples_per_step=BATCH)  # ett
+        while step < args.steps and not ett.should_leave:
+            pipeline.progress(batches)
+            step = pipeline.step
+            faults.check(args.fail, step)
+            if step % args.every == 0 or step == args.steps:
+                with ett.checkpoint(step, step * BATCH):  # ett
+                    save()
+        if ett.should_save:  # ett: SIGTERM between two saves
+            with ett.checkpoint(step, step * BATCH):
+                save()
+
+
+if __name__ == "__main__":
+    main()
