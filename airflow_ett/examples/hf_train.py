@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
-    model = GPT2LMHeadModel(config)  # type: ignore[no-untyped-call]
+    model = GPT2LMHeadModel(config)
     with job() as ett:  # ett
         out = args.dir or str(ett.checkpoint_dir or "checkpoints")
         training = TrainingArguments(output_dir=out, max_steps=args.steps,
