@@ -62,6 +62,24 @@ def _roles_mapping(name: str, value: object) -> dict[str, str]:
     return out
 
 
+def _our_trainer(model: str | Mapping[str, Any] | None, steps: int | None,
+                 checkpoint_interval: int | str | None
+                 ) -> tuple[str | Mapping[str, Any], int, int | str]:
+    """A job of our trainer needs its model and steps; the interval defaults to 50."""
+    if model is None or steps is None:
+        raise JobConfigError("training_job: needs model= and steps= (our trainer on your "
+                             "model), or command= (your own trainer)")
+    return model, steps, 50 if checkpoint_interval is None else checkpoint_interval
+
+
+def _check_retry_delay(retry_delay: object) -> timedelta:
+    if not isinstance(retry_delay, timedelta) or not (
+            timedelta(0) <= retry_delay <= timedelta(seconds=MAX_RETRY_DELAY_S)):
+        raise _R.fail("retry_delay", retry_delay,
+                      f"must be a timedelta >= 0 and <= {MAX_RETRY_DELAY_S:.0f} s")
+    return retry_delay
+
+
 def _optimizations(value: object) -> dict[str, bool]:
     chosen = {name: True for name in OPTIMIZATIONS}
     if value is None:
@@ -209,20 +227,24 @@ def _form_params(steps: int, cfg: TrainerConfig, trainer_config: Mapping[str, An
 def training_job(
     dag_id: str,
     *,
-    model: str | Mapping[str, Any],
-    steps: int,
+    model: str | Mapping[str, Any] | None = None,
+    steps: int | None = None,
+    command: Sequence[str] | None = None,
+    grace_s: float = 30.0,
+    progress_pattern: str | None = None,
+    env: Mapping[str, str] | None = None,
     model_config: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
     tenant: str = "default",
     schedule: Any = None,
     start_date: datetime | None = None,
-    checkpoint_interval: int | str = 50,
+    checkpoint_interval: int | str | None = None,
     retries: int = 2,
     retry_delay: timedelta = timedelta(seconds=10),
     restarts: int = 1,
     nproc: int = 1,
     optimizations: Mapping[str, bool] | None = None,
-    faults: Sequence[Mapping[str, Any]] = (),
+    faults: Sequence[Mapping[str, Any]] | None = None,
     trainer_options: Mapping[str, Any] | None = None,
     queues: Mapping[str, str] | None = None,
     pools: Mapping[str, str] | None = None,
@@ -231,13 +253,23 @@ def training_job(
     tags: Sequence[str] = (),
     **dag_kwargs: Any,
 ) -> DAG:
-    """Build a lifecycle DAG: `prewarm_compile_cache >> train >> publish_model`.
+    """Build a lifecycle DAG: `prewarm_compile_cache >> train >> publish_model` for our
+    trainer on your model; or, given a `command`, the train task around your trainer.
 
     :param model: your model's factory as an import path (`"ranking.towers:build"`, the
         module found beside this DAG file or installed; the contract:
         docs/model-contract.md), a bundled DLRM's name (`dlrm_tiny`, `dlrm_small`,
         `dlrm_criteo_1m`), a path to a JSON DLRM config, or that config as a mapping.
     :param steps: training steps (the trigger form can change it per run).
+    :param command: your own trainer, as a command line (templated; a list of strings):
+        the DAG is the train task alone, which runs it with restarts, preemption and
+        recording (docs/trainer-protocol.md), in this DAG file's folder (relative paths
+        in it are beside the DAG); `model` is then only the name reports use,
+        and our trainer's parameters (steps, data, faults, ...) are refused.
+    :param grace_s: a command job's grace after SIGTERM (`ETT_GRACE_S`).
+    :param progress_pattern: a command job's step lines, as a regular expression with a
+        named group `step` (optionally `cursor`, `loss`): Level 1 from its log.
+    :param env: more environment for a command job's trainer (templated).
     :param model_config: the table passed to your factory (`ModelContext.config`); the
         trigger form's `model_config` can replace it per run.
     :param data: your files: `{format: criteo_tsv | criteo_npy | parquet, paths: glob or
@@ -271,15 +303,32 @@ def training_job(
     """
     _R.text("dag_id", dag_id)
     here = _caller_dir()
+    if command is not None:
+        from airflow_ett.operators.command_job import command_job
+
+        return command_job(
+            dag_id, command=command,
+            model=model, tenant=_R.text("tenant", tenant, max_len=80),
+            schedule=schedule, start_date=start_date,
+            retries=_R.integer("retries", retries, minimum=0, maximum=MAX_RETRIES),
+            retry_delay=_check_retry_delay(retry_delay),
+            restarts=_R.integer("restarts", restarts, minimum=0, maximum=MAX_RESTARTS),
+            nproc=_R.integer("nproc", nproc, minimum=1, maximum=MAX_NPROC),
+            queues=_roles_mapping("queues", queues), pools=_roles_mapping("pools", pools),
+            work_dir=check_work_dir("training_job", work_dir),
+            record=_R.boolean("record", record), tags=list(_R.strings("tags", tags)),
+            grace_s=grace_s, progress_pattern=progress_pattern, env=env, cwd=str(here),
+            ours={"steps": steps, "model_config": model_config, "data": data,
+                  "checkpoint_interval": checkpoint_interval, "optimizations": optimizations,
+                  "faults": faults, "trainer_options": trainer_options},
+            **dag_kwargs)
+    model, steps, checkpoint_interval = _our_trainer(model, steps, checkpoint_interval)
     if not isinstance(model, str | Mapping) or (isinstance(model, str) and not model.strip()):
         raise _R.fail("model", model, "must be a bundled model's name, a path to a JSON model "
                                       "config, or the config as a mapping")
     steps = _R.integer("steps", steps, minimum=1, maximum=MAX_STEPS)
     retries = _R.integer("retries", retries, minimum=0, maximum=MAX_RETRIES)
-    if not isinstance(retry_delay, timedelta) or not (
-            timedelta(0) <= retry_delay <= timedelta(seconds=MAX_RETRY_DELAY_S)):
-        raise _R.fail("retry_delay", retry_delay,
-                      f"must be a timedelta >= 0 and <= {MAX_RETRY_DELAY_S:.0f} s")
+    retry_delay = _check_retry_delay(retry_delay)
     restarts = _R.integer("restarts", restarts, minimum=0, maximum=MAX_RESTARTS)
     nproc = _R.integer("nproc", nproc, minimum=1, maximum=MAX_NPROC)
     _R.text("tenant", tenant, max_len=80)
@@ -291,7 +340,7 @@ def training_job(
     opts = _optimizations(optimizations)
     queue_of = {**DEFAULT_QUEUES, **_roles_mapping("queues", queues)}
     pool_of = _roles_mapping("pools", pools)
-    fault_list = _faults(faults)
+    fault_list = _faults(faults or ())
     options = {} if trainer_options is None else dict(
         _R.mapping("trainer_options", trainer_options))
     clashing = sorted(set(options) & {"model", "steps", "checkpoint_interval", "faults",

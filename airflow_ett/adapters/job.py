@@ -268,6 +268,12 @@ class EttJob:
             self.left_for, self._claimed = self._claimed, None
             self._left_at_save = True
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send what was recorded so far now, and wait (at most `timeout`) until it is
+        delivered: before something that may end the process without a word."""
+        self._spans.flush()
+        return self.emitter.flush(timeout)
+
     @property
     def should_leave(self) -> bool:
         """Stop training now: SIGTERM came (save first when `should_save`), or a

@@ -14,7 +14,7 @@ import signal
 from dataclasses import dataclass
 from typing import Final
 
-from airflow_ett.adapters.job import Refused
+from airflow_ett.adapters.job import EttJob, Refused
 
 KINDS: Final = ("raise", "kill", "sigterm", "refuse")
 
@@ -33,12 +33,16 @@ class Fault:
         attempt = int(os.environ.get("ETT_ATTEMPT_NUMBER", "1") or 1)
         return step == self.step and attempt == self.attempt
 
-    def fire(self) -> None:
+    def fire(self, job: EttJob | None = None) -> None:
         if self.kind == "raise":
             raise InjectedFailure(f"injected failure after step {self.step}")
         if self.kind == "refuse":
             raise Refused(f"injected config error after step {self.step}")
         if self.kind == "kill":
+            # what was recorded up to the kill is delivered first (as our trainer's fault
+            # injection does): a real SIGKILL loses up to the emitter's linger of it
+            if job is not None:
+                job.flush(5.0)
             os.kill(os.getpid(), signal.SIGKILL)
         if self.kind == "sigterm":
             os.kill(os.getpid(), signal.SIGTERM)
@@ -55,11 +59,11 @@ def parse_fault(text: str) -> Fault:
     return Fault(parts[0], *(int(p) for p in parts[1:]))
 
 
-def check(faults: list[Fault], step: int) -> None:
+def check(faults: list[Fault], step: int, job: EttJob | None = None) -> None:
     """Fire the faults due after `step` (of this attempt)."""
     for fault in faults:
         if fault.due(step):
-            fault.fire()
+            fault.fire(job)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

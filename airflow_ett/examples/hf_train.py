@@ -24,6 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from airflow_ett.adapters import job  # ett
 from airflow_ett.adapters.hf import EttHFCallback  # ett
+from airflow_ett.adapters.job import EttJob
 from airflow_ett.examples import faults
 
 BATCH = 8
@@ -42,13 +43,13 @@ class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
 
 class Faults(TrainerCallback):
-    def __init__(self, planned: list[faults.Fault], step_sleep: float) -> None:
-        self.planned, self.step_sleep = planned, step_sleep
+    def __init__(self, planned: list[faults.Fault], step_sleep: float, job: EttJob) -> None:
+        self.planned, self.step_sleep, self.job = planned, step_sleep, job
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.step_sleep:  # a heavier model's step, on a laptop
             time.sleep(self.step_sleep)
-        faults.check(self.planned, state.global_step)
+        faults.check(self.planned, state.global_step, self.job)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
                                      report_to=[], use_cpu=True, disable_tqdm=True,
                                      logging_strategy="no", seed=0)
         trainer = Trainer(model=model, args=training, train_dataset=Tokens(),
-                          callbacks=[Faults(args.fail, args.step_sleep),
+                          callbacks=[Faults(args.fail, args.step_sleep, ett),
                                      EttHFCallback(ett, samples_per_step=BATCH)])  # ett
         trainer.train(resume_from_checkpoint=get_last_checkpoint(out))  # type: ignore[no-untyped-call]
 

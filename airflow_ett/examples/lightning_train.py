@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from airflow_ett.adapters import job  # ett
+from airflow_ett.adapters.job import EttJob
 from airflow_ett.adapters.lightning import EttLightningCallback  # ett
 from airflow_ett.examples import faults
 
@@ -40,11 +41,11 @@ class Regressor(pl.LightningModule):
 
 
 class Faults(pl.Callback):
-    def __init__(self, planned: list[faults.Fault]) -> None:
-        self.planned = planned
+    def __init__(self, planned: list[faults.Fault], job: EttJob) -> None:
+        self.planned, self.job = planned, job
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
-        faults.check(self.planned, trainer.global_step)
+        faults.check(self.planned, trainer.global_step, self.job)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", logger=False,
                              enable_progress_bar=False, enable_model_summary=False,
                              callbacks=[EttLightningCallback(ett, samples_per_step=16),  # ett
-                                        ckpt, Faults(args.fail)])
+                                        ckpt, Faults(args.fail, ett)])
         last = os.path.join(directory, "last.ckpt")
         trainer.fit(Regressor(step_sleep=args.step_sleep), DataLoader(data, batch_size=16),
                     ckpt_path=last if os.path.exists(last) else None)

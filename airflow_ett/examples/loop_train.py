@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(args.step_sleep)
             step += 1
             ett.step(step, step * BATCH, loss=loss.item())  # ett
-            faults.check(args.fail, step)
+            faults.check(args.fail, step, ett)
             if step % args.every == 0 or step == args.steps:
                 with ett.checkpoint(step, step * BATCH):  # ett
                     save()

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         while step < args.steps and not ett.should_leave:
             pipeline.progress(batches)
             step = pipeline.step
-            faults.check(args.fail, step)
+            faults.check(args.fail, step, ett)
             if step % args.every == 0 or step == args.steps:
                 with ett.checkpoint(step, step * BATCH):  # ett
                     save()
