@@ -34,7 +34,7 @@ class Recorder:
     ({"command": ["x"], "restarts": -1}, "restarts = -1: must be >= 0"),
 ])
 def test_a_bad_argument_is_one_line_naming_it(kwargs: dict[str, Any], said: str) -> None:
-    with pytest.raises(JobConfigError, match="^CommandTrainOperator: ") as caught:
+    with pytest.raises(JobConfigError, match=r"^CommandTrainOperator: ") as caught:
         CommandTrainOperator(task_id="train", **kwargs)
     assert said in str(caught.value) and "\n" not in str(caught.value)
 
@@ -48,7 +48,7 @@ def test_a_bad_argument_is_one_line_naming_it(kwargs: dict[str, Any], said: str)
 ])
 def test_a_command_job_refuses_our_trainers_parameters(kwargs: dict[str, Any],
                                                        said: str) -> None:
-    with pytest.raises(JobConfigError, match="^training_job: |^CommandTrainOperator: ") \
+    with pytest.raises(JobConfigError, match=r"^training_job: |^CommandTrainOperator: ") \
             as caught:
         training_job("cmd", **kwargs)
     assert said in str(caught.value)
@@ -91,7 +91,7 @@ def test_a_command_that_reports_nothing_has_its_ends_reported(tmp_path: Path) ->
 
 
 def test_a_command_that_cannot_start_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(NotStartable, match="^command '/no/such/trainer': cannot start it "
+    with pytest.raises(NotStartable, match=r"^command ./no/such/trainer.: cannot start it "
                                            "here: No such file or directory"):
         run_attempts(Command.of(["/no/such/trainer"]), "j", max_attempts=2)
 
