@@ -15,7 +15,7 @@ from airflow_ett.operators.errors import (
 from airflow_ett.operators.job import JobConfigError
 from airflow_ett.operators.lifecycle import training_job
 from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
-from airflow_ett.operators.publish import PublishModelOperator
+from airflow_ett.operators.publish import PublishModelOperator, model_asset
 from airflow_ett.operators.train import CommandTrainOperator, TorchRecTrainOperator
 
 __all__ = [
@@ -29,5 +29,6 @@ __all__ = [
     "TrainerFailed",
     "TrainerInfraFailure",
     "TrainerPreempted",
+    "model_asset",
     "training_job",
 ]

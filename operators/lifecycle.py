@@ -29,7 +29,7 @@ from airflow_ett.operators.job import (
     reader,
 )
 from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
-from airflow_ett.operators.publish import PublishModelOperator
+from airflow_ett.operators.publish import PublishModelOperator, model_asset
 from airflow_ett.operators.train import TorchRecTrainOperator
 from airflow_ett.trainer.config import MAX_ATTEMPT, MAX_STEPS, TrainerConfig
 from airflow_ett.trainer.model_spec import ModelSpecError, read_model_spec
@@ -376,11 +376,13 @@ def training_job(
     dag_kwargs.setdefault("doc_md", _dag_doc(tenant, _model_tag(model), steps, opts, record))
     with DAG(dag_id, schedule=schedule, start_date=start_date, params=params, tags=dag_tags,
              **dag_kwargs) as dag:
+        announced = [model_asset(dag_id)]  # the publishing task updates the model asset
         train = TorchRecTrainOperator(
             restarts=restarts, publish_in_task=not opts["standalone_publish"],
-            retries=retries, retry_delay=retry_delay, **role_kwargs("train"))
+            retries=retries, retry_delay=retry_delay, **role_kwargs("train"),
+            outlets=[] if opts["standalone_publish"] else announced)
         if opts["compile_cache"] and cfg.compile:
             CompileCachePrewarmOperator(**role_kwargs("prewarm")) >> train
         if opts["standalone_publish"]:
-            train >> PublishModelOperator(**role_kwargs("publish"))
+            train >> PublishModelOperator(**role_kwargs("publish"), outlets=announced)
     return dag

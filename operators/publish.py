@@ -4,7 +4,9 @@ Publishing inside the GPU task keeps a whole allocation idle while weights are c
 and copied (Meta measured 25-55 minutes of such shutdown). Here the train task ends (and
 records `job_ended`) first; this task loads the final checkpoint on CPU and writes a
 versioned, portable artifact with a manifest that carries the run's ETT summary, so the
-publish time is reported as "time to model available", not GPU time.
+publish time is reported as "time to model available", not GPU time. Each publish is
+also an event of the DAG's model Asset (`model_asset`), whose `extra` carries the version
+and the job's ETT figures, so that downstream DAGs can be scheduled on a new model.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import logging
 import math
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
+
+from airflow.sdk import Asset
 
 from airflow_ett.ett.summary import JobSummary
-from airflow_ett.operators.base import EttTrainerOperator
+from airflow_ett.operators.base import EttJobOperator, EttTrainerOperator
 from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.trainer.config import ConfigError, TrainerConfig
@@ -65,8 +70,42 @@ def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
     op.emitter(context).model_published(uri=str(published.path))
     log.info("published %s (checkpoint step %s, data cursor %s)", published.path,
              published.step, published.cursor)
-    return {"path": str(published.path), "version": published.version,
-            "manifest": str(published.manifest_path)}
+    result = {"path": str(published.path), "version": published.version,
+              "manifest": str(published.manifest_path)}
+    announce(op, context, {**result, "job": job, "step": published.step,
+                           "ett": summary.compact() if summary is not None else None})
+    return result
+
+
+def model_asset(dag_id: str) -> Asset:
+    """The Airflow Asset a lifecycle job's publish updates, one per DAG: schedule a
+    downstream DAG on it (`schedule=[model_asset("ranking_ctr_v7")]`) to run on each new
+    model version; the event's `extra` says which (`announce`)."""
+    return Asset(name=f"ett-model/{dag_id}", uri=f"ett-model://models/{quote(dag_id)}",
+                 group="model")
+
+
+def announce(op: EttJobOperator, context: Mapping[str, Any], extra: Mapping[str, Any]
+             ) -> None:
+    """Put `extra` (the version published, its path, the job and its ETT figures) on
+    the asset event of each model asset the task updates (its `outlets`)."""
+    events = context.get("outlet_events")
+    if events is None:
+        return
+    for outlet in op.outlets:
+        if isinstance(outlet, Asset) and outlet.uri.startswith("ett-model://"):
+            events[outlet].extra = _json_safe(dict(extra))
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with every non-finite float as None: an asset event's extra is JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 class PublishModelOperator(EttTrainerOperator):

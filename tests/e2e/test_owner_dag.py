@@ -42,6 +42,17 @@ dag = training_job(
 )
 '''
 
+#: A downstream DAG scheduled on the job's model asset: it runs on each new version.
+DOWNSTREAM_DAG = '''
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow_ett.operators import model_asset
+
+with DAG("ranking_ctr_v7_eval", schedule=[model_asset("ranking_ctr_v7")],
+         is_paused_upon_creation=False):
+    EmptyOperator(task_id="evaluate")
+'''
+
 BROKEN_DAG = '''
 from airflow_ett.operators import training_job
 
@@ -62,6 +73,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflo
     make(dags / "data", rows=2000, files=2, seed=5, npy=False)
     (dags / "ranking_dag.py").write_text(textwrap.dedent(OWNER_DAG))
     (dags / "broken_dag.py").write_text(textwrap.dedent(BROKEN_DAG))
+    (dags / "downstream_dag.py").write_text(textwrap.dedent(DOWNSTREAM_DAG))
     (dags / ".airflowignore").write_text("ranking/\ndata/\n")  # the model is not a DAG
     home = root / "airflow_home"
     with EmbeddedAirflow(home, dags, extra_env={"TMPDIR": str(root)}) as af:
@@ -98,6 +110,16 @@ def test_an_owner_model_trains_resumes_and_publishes(airflow: EmbeddedAirflow) -
     assert manifest["model"]["factory"] == "ranking.towers:build"
     model = build_published_model(path)  # through the owner's factory, found again
     assert all(torch.equal(model.state_dict()[k], v) for k, v in tensors.items())
+    # the publish is an event of the job's model asset: its extra says which version and
+    # what the job's ETT was, and the DAG scheduled on the asset runs
+    body = airflow.api("GET", "/api/v2/assets/events?source_dag_id=ranking_ctr_v7")
+    (event,) = body["asset_events"]
+    assert event["uri"] == "ett-model://models/ranking_ctr_v7"
+    assert event["extra"]["version"] == manifest["version"]
+    assert event["extra"]["path"] == str(path) and event["extra"]["step"] == 60
+    assert event["extra"]["ett"]["ett_pct"] == pytest.approx(summary["ett_pct"], abs=0.5)
+    airflow.wait_until("the downstream DAG runs on the new model", lambda: airflow.api(
+        "GET", "/api/v2/dags/ranking_ctr_v7_eval/dagRuns")["dag_runs"], timeout=120.0)
 
 
 def test_a_dag_naming_a_missing_factory_is_one_import_error(airflow: EmbeddedAirflow) -> None:
