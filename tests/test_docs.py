@@ -77,3 +77,28 @@ def test_the_documented_owner_dag_is_complete_and_parses(source: str, tmp_path: 
     assert config["model"] == "ranking.towers:build"
     assert config["model_code_path"] == str(tmp_path.resolve())
     assert config["data"]["format"] in ("parquet", "criteo_tsv")
+
+
+def _trainer_dags() -> list[str]:
+    """The command-job DAGs of README ("Bring your own trainer") and
+    docs/trainer-protocol.md (its first example)."""
+    root = Path(__file__).resolve().parents[1]
+    out = []
+    for text, heading in (((root / "README.md").read_text(), "## Bring your own trainer"),
+                          ((root / "docs" / "trainer-protocol.md").read_text(), "# The")):
+        section = text[text.index(heading):]
+        out.append(re.findall(r"```python\n(.*?)```", section, flags=re.S)[0])
+    return out
+
+
+@pytest.mark.parametrize("source", _trainer_dags(), ids=["README", "trainer-protocol"])
+def test_the_documented_command_dag_parses(source: str, tmp_path: Path) -> None:
+    import runpy
+
+    from airflow_ett.operators import CommandTrainOperator
+
+    (tmp_path / "trainer_dag.py").write_text(source)
+    dag = runpy.run_path(str(tmp_path / "trainer_dag.py"))["dag"]
+    (train,) = dag.tasks
+    assert isinstance(train, CommandTrainOperator)
+    assert train.cwd == str(tmp_path.resolve()) and train.command is not None
