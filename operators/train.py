@@ -1,4 +1,5 @@
-"""`TorchRecTrainOperator`: the GPU task of a lifecycle job.
+"""The GPU task of a lifecycle job: `CommandTrainOperator` runs any trainer command,
+`TorchRecTrainOperator` is it with our trainer's (docs/trainer-protocol.md).
 
 It starts the trainer as a child process (alone, or under torchrun), streams its log into
 the task log, and restarts it in place after a failure a restart can heal: no trip

@@ -117,3 +117,35 @@ def test_an_adapter_job_recovers_and_leaves_at_its_checkpoint(tmp_path: Path,
                   and e.attempt == "3")
     # resumed at the claimed save (a pipeline's first step is start-up: one later)
     assert min(e.step_start for e in last) in (left_at, left_at + 1)
+
+
+RANKED = '''
+import os, sys, time
+from airflow_ett.adapters import job
+
+with job() as ett:
+    for step in range(1, 7):
+        time.sleep(0.02)
+        ett.step(step)
+        if step == 3 and os.environ["RANK"] == "1" and os.environ["ETT_ATTEMPT_NUMBER"] == "1":
+            raise RuntimeError("rank 1 lost its data shard")
+'''
+
+
+def test_under_torchrun_the_failed_rank_names_the_cause(tmp_path: Path) -> None:
+    """A command of two ranks (`torchrun --no-python`): rank 1 raises; torchrun's exit 1
+    says nothing, the ranks' exit records say it was rank 1's application error, which
+    rank 0 (done, or SIGTERMed by torchrun) did not report: the task reports it."""
+    script = tmp_path / "ranked.py"
+    script.write_text(RANKED)
+    seen: list[AttemptOutcome] = []
+    result = run_attempts(Command.of([sys.executable, str(script)], nproc=2), JOB,
+                          max_attempts=2, report_unreported=seen.append,
+                          env={"ETT_EVENTS_FILE": str(tmp_path / "events.jsonl")})
+    first, second = result.attempts
+    assert first.exit_code == 1 and first.exit_class.cause == "application"
+    assert first.exit_class.description.startswith("rank 1: the training code raised "
+                                                   "(RuntimeError: rank 1 lost its data")
+    assert not first.exit_class.reported_by_child and seen == [first]
+    assert second.exit_code == 0 and second.exit_class.reported_by_child
+    assert {r.rank for r in second.ranks} == {0, 1}
