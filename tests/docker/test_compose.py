@@ -187,18 +187,24 @@ def _operator_queues() -> dict[str, str]:
     from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
     from airflow_ett.operators.publish import PublishModelOperator
     from airflow_ett.operators.rollup import CPU_QUEUE
-    from airflow_ett.operators.train import TorchRecTrainOperator
+    from airflow_ett.operators.train import CommandTrainOperator, TorchRecTrainOperator
     from airflow_ett.scheduling import tenants
 
     def default(cls: type) -> str:
-        value = inspect.signature(cls.__init__).parameters["queue"].default  # type: ignore[misc]
-        assert isinstance(value, str), cls
-        return value
+        """The `queue` default of the first class up the MRO whose __init__ takes one."""
+        for klass in cls.__mro__:
+            parameters = inspect.signature(klass.__init__).parameters  # type: ignore[misc]
+            if "queue" in parameters:
+                value = parameters["queue"].default
+                assert isinstance(value, str), klass
+                return value
+        raise AssertionError(f"{cls.__name__} takes no queue")
 
     return {
         **{f"lifecycle {role}": queue for role, queue in DEFAULT_QUEUES.items()},
         "CompileCachePrewarmOperator": default(CompileCachePrewarmOperator),
         "TorchRecTrainOperator": default(TorchRecTrainOperator),
+        "CommandTrainOperator": default(CommandTrainOperator),
         "PublishModelOperator": default(PublishModelOperator),
         "nightly rollup": CPU_QUEUE,
         "tenants file default_queue": tenants.DEFAULT_QUEUE,
@@ -209,6 +215,7 @@ def _operator_queues() -> dict[str, str]:
 def test_the_workers_serve_exactly_the_operators_queues(topology: Topology) -> None:
     queues = _operator_queues()
     assert queues["lifecycle train"] == queues["TorchRecTrainOperator"] == "gpu"
+    assert queues["CommandTrainOperator"] == "gpu"
     served: dict[str, list[str]] = {}
     for worker in topology.workers:
         for queue in worker.queues:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from airflow_ett.embedded import EmbeddedAirflow
-from airflow_ett.ett.events import Progress
+from airflow_ett.ett.events import CheckpointSaved, Progress
 from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import job_paths
 from airflow_ett.protocol.request import PreemptRequest, write_request
@@ -139,6 +139,14 @@ def test_every_adapter_recovers_and_yields_at_its_checkpoint(airflow: EmbeddedAi
         assert summary["components"]["scheduling"] > 0, dag_id  # queued, rescheduled
         assert summary["phases"].get("replay", 0) > 0, (dag_id, summary["phases"],
                                                         summary["failures"])
+        # the rescheduled attempt resumed at the save the third one left on
+        events = _events(airflow, job_id_for(dag_id, run_id))
+        left_at = max(e.step for e in events if isinstance(e, CheckpointSaved)
+                      and e.attempt == "1.3")
+        after = [e for e in events if isinstance(e, Progress)
+                 and e.attempt not in ("1.1", "1.2", "1.3")]
+        assert min(e.step_start for e in after) in (left_at, left_at + 1), dag_id
+        assert max(e.step_end for e in after) == 40, dag_id
     # the trainer that reports nothing: Level 1 from its attempts and its log lines
     assert airflow.wait_for_run("plain_job", plain_run, timeout=300.0) == "success"
     with EttStore(f"sqlite:///{airflow.home}/ett.db") as store:
