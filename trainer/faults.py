@@ -1,9 +1,6 @@
-"""Fault injection and the preemption signal: how the trainer fails on purpose, and how
-it leaves gracefully when asked to.
-
-Exit codes are the contract with whoever restarts the trainer (the Airflow operator, or
-torchrun's elastic agent): they say whether a restart can help and whether it should
-spend the job's failure budget.
+"""Fault injection: how the trainer fails on purpose, at a chosen step of a chosen
+attempt, to show a recovery and measure it. How it leaves when asked to, and what its
+exit codes mean, is the leave protocol's (`airflow_ett/protocol/`).
 """
 
 from __future__ import annotations

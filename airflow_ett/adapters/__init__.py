@@ -9,6 +9,6 @@ leave protocol (docs/trainer-protocol.md).
 Each library is imported only by its own module.
 """
 
-from airflow_ett.adapters.job import EttJob, Refused, in_train_task, job
+from airflow_ett.adapters.job import EttJob, Refused, job
 
-__all__ = ["EttJob", "Refused", "in_train_task", "job"]
+__all__ = ["EttJob", "Refused", "job"]

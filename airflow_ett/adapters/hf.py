@@ -34,7 +34,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from airflow_ett.adapters.job import EttJob
+from airflow_ett.adapters.job import EttJob, whole
 
 
 class EttHFCallback(TrainerCallback):
@@ -46,12 +46,8 @@ class EttHFCallback(TrainerCallback):
     """
 
     def __init__(self, job: EttJob, *, samples_per_step: int = 1) -> None:
-        if isinstance(samples_per_step, bool) or not isinstance(samples_per_step, int) or \
-                samples_per_step < 1:
-            raise ValueError(f"samples_per_step = {samples_per_step!r}: must be an "
-                             "integer >= 1")
         self.job = job
-        self.samples_per_step = samples_per_step
+        self.samples_per_step = whole("samples_per_step", samples_per_step, 1)
         self._marks: dict[str, float] = {}
         self._first = True
         self._save_start: float | None = None

@@ -46,7 +46,7 @@ from typing import Final, Literal
 from airflow_ett.emit import Emitter, JsonlSink
 from airflow_ett.emit.progress import ProgressSpans
 from airflow_ett.ett.events import ComponentName
-from airflow_ett.protocol.env import JOB_ENV, TrainerEnv, TrainerEnvError
+from airflow_ett.protocol.env import TrainerEnv, TrainerEnvError
 from airflow_ett.protocol.exits import (
     EXIT_APPLICATION,
     EXIT_BAD_CONFIG,
@@ -305,6 +305,8 @@ def job(env: TrainerEnv | None = None, *, emitter: Emitter | None = None) -> Ett
     return EttJob(env, emitter=emitter)
 
 
-def in_train_task() -> bool:
-    """Whether this process runs under a lifecycle train task."""
-    return bool(os.environ.get(JOB_ENV))
+def whole(name: str, value: object, low: int) -> int:
+    """An adapter's integer argument, checked: `ValueError` naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} = {value!r}: must be an integer >= {low}")
+    return value

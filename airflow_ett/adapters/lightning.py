@@ -37,7 +37,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 
-from airflow_ett.adapters.job import EttJob
+from airflow_ett.adapters.job import EttJob, whole
 
 
 class _TimedCheckpointIO(CheckpointIO):
@@ -73,12 +73,8 @@ class EttLightningCallback(pl.Callback):
     """
 
     def __init__(self, job: EttJob, *, samples_per_step: int = 1) -> None:
-        if isinstance(samples_per_step, bool) or not isinstance(samples_per_step, int) or \
-                samples_per_step < 1:
-            raise ValueError(f"samples_per_step = {samples_per_step!r}: must be an "
-                             "integer >= 1")
         self.job = job
-        self.samples_per_step = samples_per_step
+        self.samples_per_step = whole("samples_per_step", samples_per_step, 1)
         self._trainer: pl.Trainer | None = None
         self._marks: dict[str, float] = {}
         self._first = True

@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from torchrec.distributed.train_pipeline import TrainPipeline
 
-from airflow_ett.adapters.job import EttJob
+from airflow_ett.adapters.job import EttJob, whole
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -48,13 +48,9 @@ class EttTrainPipeline(Generic[In, Out]):
 
     def __init__(self, pipeline: TrainPipeline[In, Out], job: EttJob, *, start_step: int = 0,
                  samples_per_step: int = 1) -> None:
-        for name, value, low in (("start_step", start_step, 0),
-                                 ("samples_per_step", samples_per_step, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} = {value!r}: must be an integer >= {low}")
         self.pipeline, self.job = pipeline, job
-        self.samples_per_step = samples_per_step
-        self.step = start_step
+        self.samples_per_step = whole("samples_per_step", samples_per_step, 1)
+        self.step = whole("start_step", start_step, 0)
         self._started = False
         job.resumed(start_step, start_step * samples_per_step)
 

@@ -47,7 +47,6 @@ class ProgressSpans:
         self._open: _Span | None = None
         self._last: tuple[int, int, float] | None = None  # (step, cursor, ts) of the last end
         self._begin: float | None = None
-        self.steps = 0  # steps reported in this process
 
     def resumed(self, step: int, cursor: int) -> None:
         """The trainer restored `step` at `cursor`: the next step starts there."""
@@ -65,7 +64,6 @@ class ProgressSpans:
         now = time.time() if ts is None else ts
         step = int(step)
         cursor = step if cursor is None else int(cursor)
-        self.steps += 1
         begin, self._begin = self._begin, None
         last = self._last
         if last is not None and (step <= last[0] or cursor < last[1]):

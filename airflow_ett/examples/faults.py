@@ -1,4 +1,5 @@
-"""Injected failures for the example trainers: `--fail KIND@STEP[@ATTEMPT]`.
+"""The example trainers' command line, and their injected failures:
+`--fail KIND@STEP[@ATTEMPT]`.
 
 The examples are trainers a user writes; a fault is how a demo or a test makes one fail
 on purpose, at a known step of a known job attempt (`$ETT_ATTEMPT_NUMBER`, default 1):
@@ -66,6 +67,15 @@ def check(faults: list[Fault], step: int, job: EttJob | None = None) -> None:
             fault.fire(job)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fail", type=parse_fault, action="append", default=[],
-                        metavar="KIND@STEP[@ATTEMPT]", help="inject a failure (repeatable)")
+def parser(description: str | None) -> argparse.ArgumentParser:
+    """The example trainers' command line: steps, the save cadence, where checkpoints go,
+    a step's padding, and injected failures."""
+    out = argparse.ArgumentParser(description=description)
+    out.add_argument("--steps", type=int, default=40)
+    out.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
+    out.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
+    out.add_argument("--step-sleep", type=float, default=0.0,
+                     help="seconds added to each step (a heavier model's, on a laptop)")
+    out.add_argument("--fail", type=parse_fault, action="append", default=[],
+                     metavar="KIND@STEP[@ATTEMPT]", help="inject a failure (repeatable)")
+    return out

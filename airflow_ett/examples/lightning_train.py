@@ -8,7 +8,6 @@ seed; the lines that make it a job are marked `# ett`. Run it alone
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -49,13 +48,7 @@ class Faults(pl.Callback):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
-    parser.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
-    parser.add_argument("--step-sleep", type=float, default=0.0)
-    faults.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = faults.parser(__doc__).parse_args(argv)
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
     with job() as ett:  # ett

@@ -8,27 +8,19 @@ then renamed). The lines that make it a job are marked `# ett`. Run it alone
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 from pathlib import Path
 
 import torch
 
 from airflow_ett.adapters import job  # ett
-from airflow_ett.examples import faults
+from airflow_ett.examples import faults, torch_state
 
 BATCH = 16
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
-    parser.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
-    parser.add_argument("--step-sleep", type=float, default=0.0)
-    faults.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = faults.parser(__doc__).parse_args(argv)
     with job() as ett:  # ett
         with ett.phase("model_creation"):  # ett
             torch.manual_seed(0)
@@ -36,20 +28,12 @@ def main(argv: list[str] | None = None) -> None:
                                         torch.nn.Linear(32, 1))
             optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
         directory = Path(args.dir or ett.checkpoint_dir or "checkpoints")
-        state_file, step = directory / "state.pt", 0
-        if state_file.exists():
-            with ett.phase("checkpoint_restore"):  # ett
-                state = torch.load(state_file, weights_only=True)
-                model.load_state_dict(state["model"])
-                optimizer.load_state_dict(state["optimizer"])
-                step = int(state["step"])
+        with ett.phase("checkpoint_restore"):  # ett
+            step = torch_state.restore(directory, model, optimizer) or 0
         ett.resumed(step, step * BATCH)  # ett
 
         def save() -> None:
-            directory.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "step": step}, directory / "state.tmp")
-            os.replace(directory / "state.tmp", state_file)
+            torch_state.save(directory, model, optimizer, step)
 
         while step < args.steps and not ett.should_leave:  # ett: leave when asked
             ett.begin_step()  # ett

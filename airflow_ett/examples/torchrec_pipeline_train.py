@@ -10,9 +10,7 @@ from `dags/ett_torchrec_pipeline_example.py`.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import os
 import time
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from torchrec.models.dlrm import DLRM, DLRMTrain
 
 from airflow_ett.adapters import job  # ett
 from airflow_ett.adapters.torchrec import EttTrainPipeline  # ett
-from airflow_ett.examples import faults
+from airflow_ett.examples import faults, torch_state
 
 KEYS = ["user", "item"]
 BATCH = 32
@@ -52,32 +50,17 @@ def build() -> DLRMTrain:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
-    parser.add_argument("--dir", default=None, help="checkpoints (default: the job's)")
-    parser.add_argument("--step-sleep", type=float, default=0.0)
-    faults.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = faults.parser(__doc__).parse_args(argv)
     torch.manual_seed(0)
     model = build()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
     with job() as ett:  # ett
         directory = Path(args.dir or ett.checkpoint_dir or "checkpoints")
-        state_file = directory / "state.pt"
-        step = 0
-        if state_file.exists():
-            with ett.phase("checkpoint_restore"):  # ett
-                state = torch.load(state_file, weights_only=True)
-                model.load_state_dict(state["model"])
-                optimizer.load_state_dict(state["optimizer"])
-                step = int(state["step"])
+        with ett.phase("checkpoint_restore"):  # ett
+            step = torch_state.restore(directory, model, optimizer) or 0
 
         def save() -> None:
-            directory.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "step": step}, directory / "state.tmp")
-            os.replace(directory / "state.tmp", state_file)
+            torch_state.save(directory, model, optimizer, step)
 
         data = RandomRecDataset(keys=KEYS, batch_size=BATCH, hash_size=100, num_dense=8,
                                 manual_seed=0, num_generated_batches=-1)
