@@ -140,6 +140,8 @@ class EttJob:
         code = self._ended(exc)
         self.emitter.close(CLOSE_TIMEOUT_S)
         if code is None:  # not ours to report: it goes on up as it is
+            if isinstance(exc, SystemExit):  # the record still says how it ended
+                exit_record.exit(exc.code if isinstance(exc.code, int) else EXIT_APPLICATION)
             return False
         exit_record.exit(code, None if exc is None else f"{type(exc).__name__}: {exc}")
         if code in (EXIT_PREEMPTED, EXIT_BAD_CONFIG):

@@ -134,6 +134,15 @@ def test_the_block_exits_as_the_protocol_says(tmp_path: Path, body: str, code: i
     assert [e["phase"] for e in events if e["type"] == "phase_started"] == ["trainer_init"]
 
 
+def test_an_exit_of_its_own_is_on_record_and_left_to_the_task(tmp_path: Path) -> None:
+    """`sys.exit(3)` in the block: not reported by the trainer (the task reports it from
+    the exit code), but the exit record says it exited, so it is no silent death."""
+    got, _, record, events = _run(tmp_path, "import sys\nwith job():\n    sys.exit(3)\n")
+    assert got == 3 and record["state"] == "exited" and record["exit_code"] == 3
+    assert "reported_cause" not in record
+    assert not [e for e in events if e["type"] == "attempt_ended"]
+
+
 def test_outside_a_train_task_the_block_records_nothing(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("from airflow_ett.adapters import job\n"
