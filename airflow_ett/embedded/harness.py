@@ -31,6 +31,18 @@ from airflow_ett.embedded.rest import RestClient
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 
+#: How long `start` waits for the api-server before it starts what runs tasks.
+EXECUTION_API_WAIT_S = 180.0
+
+
+def runs_tasks(component: str) -> bool:
+    """Whether a component runs task processes, whose first act is a call to the
+    execution API: the scheduler (LocalExecutor) and any component of one's own naming (a
+    Celery worker). Started together with the api-server, such a component's tasks can
+    use up their start-up calls and retries before it answers (seen on a restart with
+    runs queued: each task failed to start, and waited out its retry delay)."""
+    return component == "scheduler" or component not in KNOWN_COMPONENTS
+
 
 def _quote(value: str) -> str:
     return urllib.parse.quote(value, safe="")
@@ -142,7 +154,8 @@ class EmbeddedAirflow:
     def start(self, components: Sequence[str] | Mapping[str, Sequence[str]]
               = DEFAULT_COMPONENTS,
               env_of: Mapping[str, Mapping[str, str]] | None = None) -> None:
-        """Start each component as its own process group, logging to logs/embedded/<name>.log.
+        """Start each component as its own process group, logging to logs/embedded/<name>.log;
+        what runs tasks (`runs_tasks`) once the api-server being started answers.
 
         `components` names Airflow's own (`dag-processor`, `scheduler`, `triggerer`,
         `api-server`), or maps a name of one's choosing to the `airflow` CLI arguments it
@@ -159,7 +172,24 @@ class EmbeddedAirflow:
         if self._started_utc is None:
             self._started_utc = datetime.now(UTC)
         self._start_called = time.monotonic()
-        self._components.start(commands, exe=exe, env=self.env, cwd=self.home, env_of=env_of)
+        run_tasks = {name: args for name, args in commands.items() if runs_tasks(name)}
+        first = {name: args for name, args in commands.items() if name not in run_tasks}
+        self._components.start(first, exe=exe, env=self.env, cwd=self.home, env_of=env_of)
+        if run_tasks and "api-server" in first:
+            self._wait_for_execution_api(EXECUTION_API_WAIT_S)
+        self._components.start(run_tasks, exe=exe, env=self.env, cwd=self.home,
+                               env_of=env_of)
+
+    def _wait_for_execution_api(self, timeout: float) -> None:
+        """Until the api-server's execution API answers (a task's first call is to it)."""
+        deadline = time.monotonic() + timeout
+        while not self._rest.execution_api_answers():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise EmbeddedAirflowError(
+                    f"the api-server's execution API did not answer within {timeout:.0f} s\n"
+                    f"{self.log_tail('api-server', 15)}")
+            time.sleep(0.25)
 
     def kill(self, component: str) -> list[int]:
         """SIGKILL a started component's whole process tree (a lost host: a Celery worker

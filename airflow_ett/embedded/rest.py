@@ -100,6 +100,14 @@ class RestClient:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def execution_api_answers(self) -> bool:
+        """Whether GET /execution/health answers 200 (no login needed)."""
+        try:
+            status, _ = self.http("GET", "/execution/health", timeout=5.0)
+        except (OSError, urllib.error.URLError):
+            return False
+        return status == 200
+
     def health(self) -> dict[str, Any] | None:
         """GET /api/v2/monitor/health (no login needed), or None while nothing answers."""
         try:

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from airflow_ett.embedded import (
     airflow_executable,
     login_info,
 )
+from airflow_ett.embedded.harness import runs_tasks
 
 # --- configuration, no processes ----------------------------------------------------------
 
@@ -202,6 +204,29 @@ def _ps() -> dict[int, tuple[int, str]]:
                          check=True).stdout
     rows = (line.split() for line in out.splitlines() if line.strip())
     return {int(pid): (int(pgid), stat) for pid, pgid, stat in rows}
+
+
+def _logged_at(line: str) -> datetime:
+    """The time a log line begins with (ours: `=== <iso> airflow ...`; Airflow's: `<iso>Z`)."""
+    return datetime.fromisoformat(line.removeprefix("=== ").split()[0].replace("Z", "+00:00"))
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_the_scheduler_starts_once_the_execution_api_answers(
+        airflow: EmbeddedAirflow) -> None:
+    """A task's first act is a call to the execution API: what runs tasks starts after it
+    answers (started together, a restart with runs queued failed their tasks' starts)."""
+    assert [c for c in ("api-server", "dag-processor", "triggerer", "scheduler")
+            if runs_tasks(c)] == ["scheduler"]
+    assert runs_tasks("worker-gpu")  # a Celery worker, by a name of one's own
+    api_log = (airflow.log_dir / "api-server.log").read_text().splitlines()
+    answered = [_logged_at(line) for line in api_log
+                if "path=/execution/health " in line and "status_code=200" in line]
+    scheduler_log = (airflow.log_dir / "scheduler.log").read_text().splitlines()
+    started = _logged_at(next(line for line in scheduler_log if line.startswith("=== ")))
+    assert answered and answered[0] <= started, (answered[:1], started)
 
 
 @pytest.mark.integration
