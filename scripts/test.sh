@@ -99,14 +99,15 @@ start_redis
 ensure_chromium
 ensure_docker_compose
 
-# Two pytest workers, a whole test file each at a time (`loadfile`: a module's services,
+# Three pytest workers, a whole test file each at a time (`loadfile`: a module's services,
 # started once by its fixtures, stay in one worker). The real-service tiers wait on
-# processes more than they compute: one worker kept the 2 cores about half busy (39 min,
-# 2026-12-02); ETT_TEST_WORKERS=0 runs everything in this process, one test at a time.
+# processes (sleeping steps, heartbeats, polls) more than they compute: on 2 cores one
+# worker kept them about half busy (39 min, 2026-12-02), two 21 min, three 16.5 min with
+# the cores 96% busy (2026-12-04). ETT_TEST_WORKERS=0 runs everything in this process.
 # --no-loadscope-reorder keeps the collection order (tests/conftest.py: files with slow
 # tests first); xdist's default would start the files with the most tests first, which
 # left the long real-service files, a few tests each, to run last and alone.
-workers="${ETT_TEST_WORKERS:-2}"
+workers="${ETT_TEST_WORKERS:-3}"
 say "pytest -n $workers --dist loadfile --no-loadscope-reorder $*"
 rc=0
 pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@" || rc=$?

@@ -9,7 +9,7 @@
    reachable, a tool missing) and a test module skipped while it is collected (a
    module-level `pytest.importorskip`, `pytest.skip(allow_module_level=True)`) are
    reported as failed: CI runs every tier, and a skip there would hide it.
-3. Order: the test files whose tests are marked `slow` run first. With two pytest workers
+3. Order: the test files whose tests are marked `slow` run first. With several pytest workers
    each taking a whole file at a time (scripts/test.sh), the long real-service files
    start at once and the many quick files fill in beside them, instead of one long file
    starting last and running alone.

@@ -10,9 +10,9 @@ Celery worker.
   restarted worker runs the retry, which restores the newest checkpoint; the run
   finishes with one `infra` failure whose recovery is broken down, and with the weights
   of the same job trained without the fault.
-- Load: 20 lifecycle runs submitted at once; all finish, no event lost or doubled (each
-  trainer attempt's own count of what it sent against what the store holds of it), and
-  every run's components sum to its E2E.
+- Load: 8 lifecycle runs submitted at once (four per GPU slot); all finish, no event lost
+  or doubled (each trainer attempt's own count of what it sent against what the store
+  holds of it), and every run's components sum to its E2E.
 
 There is no GPU here: the `gpu` queue's worker runs the trainer on CPU, which is all the
 routing and recovery paths need.
@@ -45,7 +45,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow,
               pytest.mark.timeout(1500)]
 
 TINY = {"num_workers": 0, "batch_size": 64, "log_every_s": 1.0, "seed": 11}
-LOAD_RUNS = 20
+#: Runs submitted at once: four times the two GPU slots, so most wait queued in the broker
+#: (bench/distributed_load.py submits 20 for its throughput figure).
+LOAD_RUNS = 8
 DAGS = f'''# lifecycle DAGs for the distributed tier (parsed only if it says "airflow" and "DAG")
 from datetime import timedelta
 
@@ -60,7 +62,7 @@ lost = training_job("dist_lost_worker", model="dlrm_tiny", tenant="t", steps=240
                     checkpoint_interval=60, restarts=0, retries=2,
                     retry_delay=timedelta(seconds=1), optimizations={{"compile_cache": False}},
                     trainer_options={{**TINY, "compile": False, "step_sleep_s": 0.05}})
-# the load: train (gpu) >> publish (cpu), twenty at once
+# the load: train (gpu) >> publish (cpu), many at once
 load = training_job("dist_load", model="dlrm_tiny", tenant="t", steps=20,
                     checkpoint_interval=10,
                     optimizations={{"compile_cache": False, "warm_standby": False}},
@@ -220,7 +222,7 @@ def _reported_deliveries(task_log: Path) -> dict[tuple[str, str], dict[str, Any]
     return found
 
 
-def test_twenty_runs_at_once_all_finish_with_every_event_recorded_once(
+def test_many_runs_at_once_all_finish_with_every_event_recorded_once(
         cluster: CeleryAirflow) -> None:
     af = cluster
     af.start_worker("worker-gpu-2")  # `--scale worker-gpu=2`: a second GPU host joins

@@ -1,7 +1,8 @@
 """The nightly rollup DAG on a real Airflow (scheduler, dag-processor, API server; SQLite,
 LocalExecutor): unpaused, it catches up on the two days its settings allow, writes their
 rows and reports; a manual rerun of one day after late events corrects that day; a
-backfill of 30 earlier days (`airflow backfill create`) runs and stores every one.
+backfill of three earlier days (`airflow backfill create`) runs and stores every one (a
+month of days, run after run, is tests/operators/test_rollup_task.py: the same callable).
 
 The store holds the hand-computed jobs of tests/rollup/scenarios.py, placed on the two
 days before today (UTC): job A across their midnight, job B on the second day. Figures
@@ -13,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from airflow_ett.rollup import day_window
 from airflow_ett.store import EttStore, upgrade
 from tests.rollup.scenarios import job_a, job_b, late_job
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "ett_fleet_rollup.py"
 DAG_ID = "ett_fleet_rollup"
@@ -35,27 +35,29 @@ def _runs(af: EmbeddedAirflow) -> list[dict[str, Any]]:
     return list(body.get("dag_runs", []))
 
 
+#: Days backfilled through Airflow (each a task process; a month is the unit test's).
+BACKFILL_DAYS = 3
+
+
 def _wait_for_finished_runs(af: EmbeddedAirflow, count: int, timeout: float) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def finished() -> list[dict[str, Any]]:
         runs = _runs(af)
-        if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
-            return runs
-        af.check_alive()
-        time.sleep(2.0)
-    raise AssertionError(f"runs not finished in {timeout} s: {_runs(af)}\n"
-                         f"{af.log_tail('scheduler')}")
+        done = len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs)
+        return runs if done else []
+
+    return list(af.wait_until(f"{count} finished runs", finished, timeout=timeout, poll=2.0))
 
 
-def _backfill_30_days(af: EmbeddedAirflow, today: dt.date) -> tuple[dt.date, dt.date]:
-    """`airflow backfill create` over 30 days before the DAG's bounded catchup start, run
-    to the end by the scheduler; returns the first and last day.
+def _backfill(af: EmbeddedAirflow, today: dt.date) -> tuple[dt.date, dt.date]:
+    """`airflow backfill create` over BACKFILL_DAYS days well before the DAG's bounded
+    catchup start, run to the end by the scheduler; returns the first and last day.
 
     The backfill is created while Airflow's components are stopped: on SQLite a scheduler
     writing at the same moment makes the creation fail with "database is locked", and the
     scheduler then dies on the half-made runs (seen on Debian's 3.11.2). A deployment on
     PostgreSQL has no such contention."""
-    first_day, last_day = today - dt.timedelta(days=35), today - dt.timedelta(days=6)
+    first_day = today - dt.timedelta(days=6 + BACKFILL_DAYS - 1)
+    last_day = today - dt.timedelta(days=6)
     af.stop()
     done = subprocess.run(
         [str(venv_script("airflow")), "backfill", "create", "--dag-id", DAG_ID,
@@ -65,12 +67,10 @@ def _backfill_30_days(af: EmbeddedAirflow, today: dt.date) -> tuple[dt.date, dt.
     assert done.returncode == 0, done.stdout + done.stderr
     af.start()
     af.wait_until_ready(180.0)
-    # 30 runs, two at a time, each a task process: the whole test took 500 s on a slow
-    # day of CI's machine (2026-12-02), so this bound leaves room, and the test's limit more
-    backfilled = _wait_for_finished_runs(af, 2 + 1 + 30, timeout=1000.0)
+    backfilled = _wait_for_finished_runs(af, 2 + 1 + BACKFILL_DAYS, timeout=300.0)
     states = {r["data_interval_start"][:10]: r["state"] for r in backfilled
               if r["run_type"] == "backfill"}
-    assert len(states) == 30 and set(states.values()) == {"success"}, states
+    assert len(states) == BACKFILL_DAYS and set(states.values()) == {"success"}, states
     return first_day, last_day
 
 
@@ -124,7 +124,7 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
         run_id = af.trigger(DAG_ID, conf={"date": day2.isoformat()})
         assert af.wait_for_run(DAG_ID, run_id, timeout=240.0) == "success"
 
-        first_day, last_day = _backfill_30_days(af, today)
+        first_day, last_day = _backfill(af, today)
     with EttStore(url) as store:
         corrected = store.daily.day(day2.isoformat())
         assert corrected is not None
@@ -135,5 +135,5 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
         again = store.daily.day(day1.isoformat())
         assert again is not None and again.fleet == first.fleet
         stored = store.daily.days(first_day.isoformat(), last_day.isoformat())
-        assert len(stored) == 30 and {d.fleet.jobs for d in stored} == {0}  # nothing ran then
+        assert len(stored) == BACKFILL_DAYS and {d.fleet.jobs for d in stored} == {0}
     assert all((reports / d.day / "index.html").is_file() for d in stored)

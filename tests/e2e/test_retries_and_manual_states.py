@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import textwrap
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,21 +106,20 @@ def test_marking_the_running_train_task_failed_checkpoints_and_is_recorded(
     airflow.wait_for_dag("ett_long", timeout=120.0)
     airflow.unpause("ett_long")
     run_id = airflow.trigger("ett_long")
-    deadline = time.monotonic() + 180
-    while not [e for e in events(airflow, "ett_long", run_id) if isinstance(e, Progress)]:
-        assert time.monotonic() < deadline, airflow.task_instances("ett_long", run_id)
-        time.sleep(1.0)
+    airflow.wait_until("the long job's first steps", lambda: [
+        e for e in events(airflow, "ett_long", run_id) if isinstance(e, Progress)],
+        timeout=180.0)
     airflow.api("PATCH", f"/api/v2/dags/ett_long/dagRuns/{run_id}/taskInstances/train",
                 {"new_state": "failed"})
     assert airflow.wait_for_run("ett_long", run_id, timeout=120.0) == "failed"
 
-    deadline = time.monotonic() + 60
-    while True:  # the killed task's last events may still be on their way
+    def ended_job() -> list[Any]:  # the killed task's last events may still be on their way
         got = events(airflow, "ett_long", run_id)
-        ended = [e for e in got if isinstance(e, AttemptEnded)]
-        if (ended and any(isinstance(e, JobEnded) for e in got)) or time.monotonic() > deadline:
-            break
-        time.sleep(1.0)
+        ends = {type(e) for e in got} >= {AttemptEnded, JobEnded}
+        return got if ends else []
+
+    got = airflow.wait_until("the stopped job's attempt and job ends", ended_job, timeout=60.0)
+    ended = [e for e in got if isinstance(e, AttemptEnded)]
     manual = [e for e in got if isinstance(e, TaskStateChanged) and e.source == "api"]
     assert [(e.task_id, e.state) for e in manual] == [("train", "failed")]
     # on_kill: SIGTERM to the trainer, which saved a checkpoint and left as preempted
