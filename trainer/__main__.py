@@ -128,11 +128,12 @@ def _main(argv: list[str] | None) -> int:
     from airflow_ett.trainer.preflight import preflight
 
     try:
-        require_torchrec()
+        # before any allocation, compile or restore, and before torch and torchrec are
+        # imported (2-3 s of a refusal, per rank): what cannot work fails in a line
         cfg = load_config(args.config)
         check_fault_ranks(cfg.faults, _world_size())
-        # before any allocation, compile or restore: what cannot work fails in a line
         preflight(cfg, prewarm=args.prewarm, prewarm_world_size=args.prewarm_world_size)
+        require_torchrec()
     except (ConfigError, TorchRecMissingError) as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
