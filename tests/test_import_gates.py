@@ -129,10 +129,10 @@ def test_the_cli_imports_nothing_heavy_at_module_level(module: str) -> None:
 
 @pytest.mark.parametrize("path", ["airflow_ett/cli/_probe.py", "airflow_ett/report/_probe.py"])
 def test_riches_own_text_is_for_the_console_alone(path: str) -> None:
-    """Everything printed is escaped for the terminal by airflow_ett/cli/console.py's
+    """Everything printed is escaped for the terminal by airflow_ett/console.py's
     `Text`; rich's own keeps ESC and bidi controls, so only console.py may use it."""
     found = _codes(path, _in_function("from rich.text import Text  # noqa: F401"))
     assert [code for code, _ in found] == ["TID251"], found
-    assert "airflow_ett.cli.console's Text" in found[0][1]
-    assert _codes("airflow_ett/cli/console.py",
+    assert "airflow_ett.console's Text" in found[0][1]
+    assert _codes("airflow_ett/console.py",
                   _in_function("from rich.text import Text  # noqa: F401")) == []

@@ -63,7 +63,7 @@ class _Parser(argparse.ArgumentParser):
     subcommands' parsers are of this class too (argparse makes them of the parent's)."""
 
     def error(self, message: str) -> NoReturn:
-        from airflow_ett.cli.console import terminal_text
+        from airflow_ett.console import terminal_text
 
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {terminal_text(message)}\n")
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error(message: str, detail: Sequence[str] = ()) -> None:
     """`airflow-ett: error: <message>` on one line, then `detail` indented under it."""
-    from airflow_ett.cli.console import terminal_text
+    from airflow_ett.console import terminal_text
 
     lines = [f"airflow-ett: error: {terminal_text(message)}"]
     lines += [f"  {terminal_text(text)}" for text in detail]

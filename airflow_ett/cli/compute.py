@@ -31,7 +31,7 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def compute_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli import console
+    from airflow_ett import console
     from airflow_ett.cli.render import job_view
     from airflow_ett.ett.attribution import attribute_job
 

@@ -20,7 +20,7 @@ def add_parser(sub: Subcommands) -> None:
 
 @store_command
 def upgrade_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import line
+    from airflow_ett.console import line
     from airflow_ett.store import current, mask_url, upgrade
 
     url = store_url(args)

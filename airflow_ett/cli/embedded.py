@@ -85,14 +85,14 @@ def _embedded(args: argparse.Namespace, api_port: int | None) -> EmbeddedAirflow
 def _progress(message: str) -> None:
     """A step of the harness, on stderr (stdout is the run's report): the same plain line
     as ever in a log or a pipe, the prefix styled on a terminal."""
-    from airflow_ett.cli import console
+    from airflow_ett import console
 
     console.line(console.Text.assemble(("airflow-ett:", "bold cyan"), " ", message),
                  file=sys.stderr, flush=True)
 
 
 def _print_run(result: RunResult, airflow: EmbeddedAirflow) -> None:
-    from airflow_ett.cli.console import line
+    from airflow_ett.console import line
 
     line(f"run {result.run_id} of {result.dag_id}: {result.state} "
          f"({result.trigger_to_end_s:.1f} s from trigger to end)")

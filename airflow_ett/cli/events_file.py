@@ -90,7 +90,7 @@ class BadLines:
     def report(self, *, strict: bool) -> None:
         """Say on stderr what was skipped; exit 1 (`fail`) under `strict` when any line
         was bad, and whenever no line was good."""
-        from airflow_ett.cli.console import line
+        from airflow_ett.console import line
 
         for error in self.shown:  # escaped: they quote the file
             line(f"airflow-ett: skipped {self.source}: {error}", file=sys.stderr)

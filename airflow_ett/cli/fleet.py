@@ -91,7 +91,7 @@ def add_parser(sub: Subcommands) -> None:
 
 @store_command
 def simulate_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import terminal_text
+    from airflow_ett.console import terminal_text
     from airflow_ett.rollup.simulate import (
         SimulationError,
         default_start,
@@ -171,7 +171,7 @@ def _write(store: EttStore, specs: Iterable[JobSpec],
     count does); returns (jobs, events, new events, events whose id was stored with other
     content). `ingest` costs nothing more than `insert_events` for new events; on a rerun
     it tells a replay from a clash."""
-    from airflow_ett.cli.console import progress
+    from airflow_ett.console import progress
     from airflow_ett.ett.synthetic import iter_simulate
 
     jobs = events = new = conflicts = shown = 0

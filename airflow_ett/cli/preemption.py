@@ -45,7 +45,7 @@ def add_parser(sub: Subcommands) -> None:
 def _print_tick(tick: Tick) -> None:
     """What the tick decided, a line each (through the console: job ids and reasons quote
     names other people chose)."""
-    from airflow_ett.cli.console import line
+    from airflow_ett.console import line
 
     if tick.note:
         line(tick.note)

@@ -18,7 +18,7 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 
-from airflow_ett.cli.console import Column, Text, indent, render_to_text, table
+from airflow_ett.console import Column, Text, indent, render_to_text, table
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.summary import JobSummary
 

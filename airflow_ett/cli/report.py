@@ -65,7 +65,7 @@ def worst_timelines(store: EttStore, day: DayRollup, *, tenant: str | None = Non
 
 @store_command
 def report_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import is_terminal, line, terminal_text
+    from airflow_ett.console import is_terminal, line, terminal_text
     from airflow_ett.report.files import FILE_NAMES, report_text, write_reports
     from airflow_ett.report.tabular import to_csv, to_json
     from airflow_ett.settings import RollupSettings

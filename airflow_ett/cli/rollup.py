@@ -83,7 +83,7 @@ def add_parser(sub: Subcommands) -> None:
 
 @store_command
 def rollup_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import progress
+    from airflow_ett.console import progress
     from airflow_ett.rollup import ComponentsError, load_components, windows
     from airflow_ett.settings import RollupSettings
     from airflow_ett.store import EttStore

@@ -57,7 +57,7 @@ def list_command(args: argparse.Namespace) -> int:
     if not rows:
         print("no runs match")
         return 0
-    from airflow_ett.cli import console
+    from airflow_ett import console
 
     terminal = console.is_terminal()
     console.emit(console.table(
@@ -76,7 +76,7 @@ _STATUS_STYLES = {"success": "green", "failed": "bold red", "cancelled": "red",
 
 @store_command
 def show_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli import console
+    from airflow_ett import console
     from airflow_ett.cli.render import job_view
     from airflow_ett.ett.summary import JobSummary, SummaryError
     from airflow_ett.store import EttStore, JobNotFound

@@ -67,7 +67,7 @@ def _tenants(path: str | None) -> object:
 
 @store_command
 def simulate_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import line
+    from airflow_ett.console import line
     from airflow_ett.rollup import day_window
     from airflow_ett.scheduling.fleet_sim import FleetSimError, simulate, summarise
     from airflow_ett.scheduling.recorded import recorded_arrivals
@@ -119,7 +119,7 @@ def _minutes(seconds: float | None) -> str:
 
 
 def _table(summaries: Mapping[Policy, PolicySummary], high: int) -> None:
-    from airflow_ett.cli.console import emit, is_terminal, table
+    from airflow_ett.console import emit, is_terminal, table
 
     classic = summaries["classic"].lost_to_preemption.total
     rows = []

@@ -23,7 +23,7 @@ def add_parser(sub: Subcommands) -> None:
 
 @store_command
 def replay_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli.console import line
+    from airflow_ett.console import line
     from airflow_ett.emit import replay_spool
     from airflow_ett.settings import EttSettings
 

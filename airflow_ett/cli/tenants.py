@@ -85,7 +85,7 @@ def _amount(value: float) -> str:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    from airflow_ett.cli import console
+    from airflow_ett import console
 
     config = _load(args.file)
     terminal = console.is_terminal()
@@ -309,7 +309,7 @@ _DONE: dict[Action, tuple[str, str]] = {"create": ("created", "to create"),
 
 def _print_sync(config: TenantsConfig, changes: list[PoolChange], gone: list[PoolRow], *,
                 dry_run: bool) -> None:
-    from airflow_ett.cli import console
+    from airflow_ett import console
 
     terminal = console.is_terminal()
     console.line(f"tenants file {config.source}: {len(changes)} tenant(s)")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from airflow_ett._fs import atomic_write
-from airflow_ett.cli.console import render_to_text
+from airflow_ett.console import render_to_text
 from airflow_ett.report.tabular import to_csv, to_json
 from airflow_ett.report.text import day_view, trend_view
 from airflow_ett.report.timeline import RunTimeline

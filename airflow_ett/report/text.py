@@ -1,7 +1,7 @@
 """The morning report as text (`airflow-ett report`, the nightly `report.txt`): the fleet
 (or one tenant) on one day, its change from the day before, the components with their
 owners and SLOs, failures, what-if, the worst runs; over several days, a trend table
-first. Built as rich renderables through `airflow_ett.cli.console`, the one place that
+first. Built as rich renderables through `airflow_ett.console`, the one place that
 meets rich: plain text off a terminal, as README and tests read it.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
 
-from airflow_ett.cli.console import Column, Text, indent, table
+from airflow_ett.console import Column, Text, indent, table
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
 from airflow_ett.report.formatting import fmt_duration, fmt_gpu_h
 from airflow_ett.rollup import DayRollup, GroupFigures

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_ett.cli import main
-from airflow_ett.cli.console import terminal_text
+from airflow_ett.console import terminal_text
 from airflow_ett.ett.events import event_to_json
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
 from airflow_ett.store import EttStore, upgrade

@@ -1,4 +1,4 @@
-"""The CLI's output through `airflow_ett.cli.console` (rich): plain text anywhere but a
+"""The CLI's output through `airflow_ett.console` (rich): plain text anywhere but a
 terminal (no escapes, no borders, no value cut or wrapped), rich's boxes and colours on
 one; the report's tables; the runs listing through the real CLI; progress."""
 
@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from airflow_ett.cli import console, main
+from airflow_ett import console
+from airflow_ett.cli import main
 from airflow_ett.cli.render import job_view, render_job, render_row
 from airflow_ett.ett.attribution import attribute
 from airflow_ett.ett.events import event_to_json, read_events

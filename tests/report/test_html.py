@@ -348,7 +348,7 @@ def test_synthetic_jobs_are_called_synthetic() -> None:
 
 
 def test_silent_jobs_are_named_in_the_html_and_the_text_report() -> None:
-    from airflow_ett.cli.console import render_to_text
+    from airflow_ett.console import render_to_text
     from airflow_ett.report.text import day_view
 
     (before, day), _ = hand_days()

@@ -1,6 +1,6 @@
-"""`airflow_ett/cli/console.py`, the one place output meets rich, makes every string safe
+"""`airflow_ett/console.py`, the one place output meets rich, makes every string safe
 for a terminal: control, bidi and other format characters shown as escapes, markup never
-read. The commands that print through it are tested in test_hostile_names.py."""
+read. The commands that print through it are tested in tests/cli/test_hostile_names.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from rich.console import Group  # rich's Text is banned in airflow_ett/ only
 from rich.text import Text as RichText
 
-from airflow_ett.cli import console
-from airflow_ett.cli.console import Text, terminal_text
+from airflow_ett import console
+from airflow_ett.console import Text, terminal_text
 
 # What a hostile name carries: a clear-screen and colour escape, an OSC title change ended
 # by BEL, a carriage return that would overwrite the line, the bidi override that
