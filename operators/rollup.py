@@ -27,8 +27,9 @@ CPU_QUEUE = "cpu"
 def nightly_rollup(day: dt.date, *, store_url: str | None = None,
                    now: float | None = None) -> list[str]:
     """Roll up `day` and the days before it that `rollup_recompute_days` asks for, write
-    their reports; returns the report directories written, oldest first."""
-    from airflow_ett.cli.report import write_day_report
+    their reports; returns the report directories written, oldest first. The store is
+    read here; the report files are `report/`'s, which reads no store."""
+    from airflow_ett.report.files import write_day_report
     from airflow_ett.rollup import load_components, windows
     from airflow_ett.settings import RollupSettings
     from airflow_ett.store import EttStore
@@ -44,8 +45,13 @@ def nightly_rollup(day: dt.date, *, store_url: str | None = None,
                                       start_s=settings.whatif_start_s,
                                       silent_after_s=settings.silent_after_s)
         for rollup in rollups:
+            stored = store.daily.day(rollup.day)
+            if stored is None:
+                raise LookupError(f"no rollup stored for {rollup.day}")
+            before = store.daily.day(
+                (dt.date.fromisoformat(rollup.day) - dt.timedelta(days=1)).isoformat())
             out = Path(settings.report_dir) / rollup.day
-            write_day_report(store, rollup.day, out)
+            write_day_report(out, stored, before, store.job_events)
             written.append(str(out))
     return written
 

@@ -1,5 +1,5 @@
 """`airflow-ett report`: the morning report of stored rollups, as a terminal table, JSON,
-CSV or HTML with charts; and `write_day_report`, what the nightly DAG writes per day."""
+CSV or HTML with charts (the nightly DAG writes the same files: `report.files`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,8 @@ from airflow_ett.cli.rollup import add_day_options, day_range
 
 if TYPE_CHECKING:
     from airflow_ett.cli.common import Subcommands
-    from airflow_ett.report.timeline import RunTimeline
     from airflow_ett.rollup import DayRollup
     from airflow_ett.store import EttStore
-
-#: How many of the worst runs get a timeline in the HTML report.
-TIMELINES: int = 5
 
 
 def add_parser(sub: Subcommands) -> None:
@@ -48,26 +44,12 @@ def _stored_days(store: EttStore, first: dt.date, last: dt.date
     return days, before
 
 
-def worst_timelines(store: EttStore, day: DayRollup, *, tenant: str | None = None,
-                    limit: int = TIMELINES) -> list[RunTimeline]:
-    """The attempt timelines of the day's worst runs, from their stored events."""
-    from airflow_ett.ett.attribution import AttributionError, attribute_job
-    from airflow_ett.report.timeline import run_timeline
-
-    out = []
-    for run in [r for r in day.top_runs if tenant is None or r.tenant == tenant][:limit]:
-        try:
-            out.append(run_timeline(attribute_job(store.job_events(run.job), now=day.computed_at)))
-        except AttributionError:
-            continue  # its events are gone (the store was pruned): no timeline to draw
-    return out
-
-
 @store_command
 def report_command(args: argparse.Namespace) -> int:
     from airflow_ett.console import is_terminal, line, terminal_text
     from airflow_ett.report.files import FILE_NAMES, report_text, write_reports
     from airflow_ett.report.tabular import to_csv, to_json
+    from airflow_ett.report.timeline import worst_timelines
     from airflow_ett.settings import RollupSettings
     from airflow_ett.store import EttStore
 
@@ -80,7 +62,7 @@ def report_command(args: argparse.Namespace) -> int:
         days, before = _stored_days(store, first, last)
         if args.tenant is not None and not any(args.tenant in d.tenants for d in days):
             fail(f"--tenant: {args.tenant!r} ran no job in the days asked for")
-        timelines = (worst_timelines(store, days[-1], tenant=args.tenant)
+        timelines = (worst_timelines(days[-1], store.job_events, tenant=args.tenant)
                      if args.format == "html" else [])
     out, where = args.out, "--out"
     if args.format == "html" and out is None:
@@ -119,13 +101,3 @@ def _why(out: Path, exc: OSError) -> str:
     where = f" ({exc.filename})" if exc.filename not in (None, str(out)) else ""
     return f"{(exc.strerror or str(exc)).lower()}{where}"
 
-
-def write_day_report(store: EttStore, day: str, out_dir: Path) -> dict[str, Path]:
-    """Every report file for one stored day (the nightly DAG's last step)."""
-    from airflow_ett.report.files import write_reports
-
-    rollup = store.daily.day(day)
-    if rollup is None:
-        raise LookupError(f"no rollup stored for {day}")
-    before = store.daily.day((dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat())
-    return write_reports(out_dir, [rollup], before, worst_timelines(store, rollup))

@@ -1,19 +1,24 @@
 """A day's report files: `report.txt`, `report.json`, `report.csv` and `index.html` (with
 the charts), written atomically into one directory (`<report_dir>/<date>/` for the nightly
-rollup), so a reader never opens a half-written report."""
+rollup), so a reader never opens a half-written report. `write_day_report` is the
+nightly DAG's: every file of one day, the timelines of its worst runs drawn from the
+events its caller reads (this module reads no store)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from airflow_ett._fs import atomic_write
 from airflow_ett.console import render_to_text
 from airflow_ett.report.tabular import to_csv, to_json
 from airflow_ett.report.text import day_view, trend_view
-from airflow_ett.report.timeline import RunTimeline
+from airflow_ett.report.timeline import RunTimeline, worst_timelines
 from airflow_ett.rollup import DayRollup
+
+if TYPE_CHECKING:
+    from airflow_ett.ett.events import Event
 
 FORMATS: Final = ("text", "json", "csv", "html")
 FILE_NAMES: Final = {"text": "report.txt", "json": "report.json", "csv": "report.csv",
@@ -59,6 +64,14 @@ def write_reports(out_dir: Path, days: Sequence[DayRollup], before: DayRollup | 
             raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
         written[fmt] = path
     return written
+
+
+def write_day_report(out_dir: Path, rollup: DayRollup, before: DayRollup | None,
+                     events_of: Callable[[str], Sequence[Event]]) -> dict[str, Path]:
+    """Every report file of one stored day under `out_dir` (`before`: the day before, for
+    the change), with the timelines of its worst runs from `events_of(job)`; returns the
+    path of each file."""
+    return write_reports(out_dir, [rollup], before, worst_timelines(rollup, events_of))
 
 
 def _title(days: Sequence[DayRollup], tenant: str | None) -> str:

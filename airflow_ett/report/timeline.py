@@ -5,19 +5,31 @@ Built from the attribution's final timeline (each microsecond labelled once), so
 of a row never overlap and the rows together cover the job's wall time; times are seconds
 since the job's submission. Time before the first attempt and between attempts (queueing,
 rescheduling) has no attempt: it goes on a row of its own, `scheduling`.
+
+`worst_timelines` draws those of a day's worst runs; their events come from whoever calls
+it (`events_of`: the store's `job_events`, in the CLI and the nightly DAG), so this module
+reads no store.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from airflow_ett.ett.attribution import JobAttribution
+from airflow_ett.ett.attribution import AttributionError, JobAttribution, attribute_job
 from airflow_ett.ett.timeline import to_s, to_us
+
+if TYPE_CHECKING:
+    from airflow_ett.ett.events import Event
+    from airflow_ett.rollup import DayRollup
 
 #: The row of the time outside every attempt.
 OUTSIDE_ATTEMPTS = "scheduling"
+#: How many of the worst runs get a timeline in the HTML report.
+TIMELINES: int = 5
 
 
 class Bar(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,3 +87,17 @@ def run_timeline(attribution: JobAttribution) -> RunTimeline:
         failures=[FailureMark(attempt=f.attempt, at_s=f.at - attribution.submitted_at,
                               cause=f.cause) for f in attribution.failures],
     )
+
+
+def worst_timelines(day: DayRollup, events_of: Callable[[str], Sequence[Event]], *,
+                    tenant: str | None = None, limit: int = TIMELINES) -> list[RunTimeline]:
+    """The attempt timelines of `day`'s worst runs (of `tenant`'s, when given), at most
+    `limit`, worst first, each attributed as of the day's computation from `events_of(job)`.
+    A run whose events are gone (the store was pruned) has no timeline: it is skipped."""
+    out = []
+    for run in [r for r in day.top_runs if tenant is None or r.tenant == tenant][:limit]:
+        try:
+            out.append(run_timeline(attribute_job(events_of(run.job), now=day.computed_at)))
+        except AttributionError:
+            continue
+    return out
