@@ -345,18 +345,16 @@ class CommandTrainOperator(EttJobOperator):
 
         from airflow.exceptions import AirflowRescheduleException
 
-        from airflow_ett.protocol.request import archive_request
-        from airflow_ett.scheduling.limits import RESUME_AFTER_S
+        from airflow_ett.protocol.request import archive_request, resume_after_s
 
         done = archive_request(paths.job_dir) or claimed
         self.emitter(context).flush()
-        # parse_request bounds it; a request built otherwise must not overflow the date
-        resume_after_s = RESUME_AFTER_S.clamp(request.resume_after_s)
+        resume_s = resume_after_s(request)  # bounded: the date cannot overflow
         self.log.warning("preempted for %s: the GPUs go back to the scheduler; this task runs "
                          "again in %.0f s from its checkpoint, with no retry spent (request "
-                         "kept as %s)", request.for_job, resume_after_s, done)
+                         "kept as %s)", request.for_job, resume_s, done)
         raise AirflowRescheduleException(  # type: ignore[no-untyped-call]
-            reschedule_date=datetime.now(UTC) + timedelta(seconds=resume_after_s))
+            reschedule_date=datetime.now(UTC) + timedelta(seconds=resume_s))
 
     def on_kill(self) -> None:
         """Ask the trainer to checkpoint and leave (SIGTERM: it exits 75 after saving),

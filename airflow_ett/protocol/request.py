@@ -136,6 +136,13 @@ def leave_by_for(mode: YieldMode, requested_at: float, yield_in_s: float) -> flo
     return requested_at + max(0.0, yield_in_s) + LEAVE_BY_MARGIN_S
 
 
+def resume_after_s(request: PreemptRequest) -> float:
+    """How long after the victim left it may run again: the request's `resume_after_s`
+    within its range (`limits.RESUME_AFTER_S`, 0 to a day; NaN is 0). `parse_request`
+    refuses a file outside it; a request built otherwise must not overflow a date."""
+    return limits.RESUME_AFTER_S.clamp(request.resume_after_s)
+
+
 def _text(field: str, value: Any) -> str:
     if not isinstance(value, str) or not value or len(value) > _MAX_TEXT:
         raise RequestError(f"{field}: {_shown(value)} is not a non-empty text of at most "

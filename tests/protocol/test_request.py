@@ -25,6 +25,7 @@ from airflow_ett.protocol.request import (
     parse_request,
     read_claimed,
     read_request,
+    resume_after_s,
     take_claimed,
     withdraw_request,
     write_request,
@@ -311,3 +312,17 @@ def test_a_request_replaced_before_the_claim_is_put_back(
     assert claim_request(tmp_path, since=0.0) is None
     monkeypatch.setattr(module, "_parsed", real)
     assert read_request(tmp_path) == newer and read_claimed(tmp_path) is None
+
+
+@pytest.mark.parametrize(("asked", "resumes"), [
+    (5.0, 5.0), (0.0, 0.0), (86_400.0, 86_400.0),  # the range's own values stand
+    (1e12, 86_400.0), (float("inf"), 86_400.0),  # built past a day: a day
+    (-3.0, 0.0), (float("nan"), 0.0),  # below it, or no number: at once
+])
+def test_resume_after_s_is_the_requests_own_within_its_range(asked: float,
+                                                             resumes: float) -> None:
+    """What the train task reschedules by: `parse_request` refuses a file outside the
+    range, and a request built in code is brought into it, so the date never overflows."""
+    request = PreemptRequest(victim="v", for_job="f", reason="r",
+                             requested_at=1_800_000_000.0, grace_s=60.0, resume_after_s=asked)
+    assert resume_after_s(request) == resumes
