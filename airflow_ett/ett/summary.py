@@ -6,6 +6,8 @@ and `runs show --json` print, what the store caches, what the model manifest car
 what the trainer's checkpoint-interval policy reads. It is a msgspec Struct, as the events
 are, so a reader gets attributes checked by mypy instead of string keys, and a stored row
 is checked against the contract when it is read back (docs/decisions/0009-job-summary.md).
+`JobAttribution.summary()` (`ett/attribution/result.py`) builds it: this module imports
+nothing of the attribution, so the contract stands alone.
 
 Compatibility rule: fields are only ever added (each with a default, so that older rows
 still decode), never renamed, removed or changed in meaning; a change that cannot follow
@@ -16,15 +18,9 @@ that rule bumps `SUMMARY_VERSION`. A JSON form without `version` is version 1, a
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
-
-from airflow_ett.ett.phases import COMPONENTS
-from airflow_ett.ett.timeline import to_s
-
-if TYPE_CHECKING:
-    from airflow_ett.ett.attribution.result import FailureSummary, JobAttribution
 
 #: The version of the JSON form this code writes and the newest it reads.
 SUMMARY_VERSION: Final = 1
@@ -137,55 +133,6 @@ class JobSummary(_Part, frozen=True):
         saves = self.checkpoints.saves
         return self.csbt_s / saves if saves else None
 
-    @classmethod
-    def from_attribution(cls, result: JobAttribution) -> JobSummary:
-        return cls(
-            job=result.job,
-            tenant=result.tenant,
-            model=result.model,
-            dag_id=result.dag_id,
-            run_id=result.run_id,
-            provisional=result.provisional,
-            started=result.started,
-            submitted_at=result.submitted_at,
-            ended_at=result.ended_at,
-            ett_pct=result.ett_pct,
-            e2e_s=to_s(result.e2e_us),
-            effective_s=to_s(result.effective_us),
-            tts_s=to_s(result.tts_us),
-            ttr_s=[to_s(v) for v in result.ttr_us],
-            ttr_from_detection_s=[
-                f.ttr_from_detection_s for f in result.failures if f.ttr_us is not None
-            ],
-            nof=result.nof,
-            in_loop_waste_s=to_s(result.in_loop_waste_us),
-            shutdown_s=to_s(result.shutdown_us),
-            csbt_s=to_s(result.csbt_us),
-            components={c: to_s(result.components_us[c]) for c in COMPONENTS},
-            phases=_seconds(result.phases_us),
-            phases_raw=_seconds(result.phases_raw_us),
-            phase_components=dict(sorted(result.phase_components.items())),
-            tts_phases=_seconds(result.tts_phases_us),
-            failures=[_failure(f) for f in result.failures],
-            attempts=list(result.attempts),
-            rates=FailureRates(**result.failure_rates()),
-            checkpoints=CheckpointTotals(
-                saves=result.checkpoint_saves,
-                final_saves=result.final_checkpoint_saves,
-                blocking_s=to_s(result.csbt_us),
-                total_s=to_s(result.checkpoint_total_us),
-                bytes=result.checkpoint_bytes,
-            ),
-            model_available_after_release_s=(
-                None if result.model_available_after_release_us is None
-                else to_s(result.model_available_after_release_us)
-            ),
-            warnings=list(result.warnings),
-            world_size=result.world_size,
-            synthetic=result.synthetic,
-            version=SUMMARY_VERSION,
-        )
-
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: plain dicts, lists and numbers, keys in field order."""
         out: dict[str, Any] = msgspec.to_builtins(self)
@@ -240,18 +187,6 @@ def lacks_row_fields(data: object) -> bool:
                 for row in rows):
             return True
     return False
-
-
-def _seconds(values_us: dict[str, int]) -> dict[str, float]:
-    return {k: to_s(v) for k, v in sorted(values_us.items())}
-
-
-def _failure(f: FailureSummary) -> FailureRow:
-    return FailureRow(attempt=f.attempt, cause=f.cause, at=f.at, during_tts=f.during_tts,
-                      ttr_s=f.ttr_s, detection_s=to_s(f.detection_us),
-                      ttr_from_detection_s=f.ttr_from_detection_s,
-                      stages={k: to_s(v) for k, v in f.stages_us.items()},
-                      phases={k: to_s(v) for k, v in f.phases_us.items()})
 
 
 _PATH = re.compile(r" - at `\$((?:\.[^.\[`]+|\[\d+\]|\[\.\.\.\])*)`$")

@@ -2,7 +2,8 @@
 
 Durations are exact integer microseconds (`*_us`) so that the six components add up to
 E2E to the microsecond. `summary()` is the typed `JobSummary` (seconds) every reader outside
-the model gets (airflow_ett/ett/summary.py); `to_dict()` is its JSON form.
+the model gets (airflow_ett/ett/summary.py, which imports nothing of this module: it is
+built here); `to_dict()` is its JSON form.
 """
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ett.ett.events import FAILURE_CAUSES
-from airflow_ett.ett.phases import EFFECTIVE
-from airflow_ett.ett.summary import AttemptRow, JobSummary
+from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
+from airflow_ett.ett.summary import (
+    SUMMARY_VERSION,
+    AttemptRow,
+    CheckpointTotals,
+    FailureRates,
+    FailureRow,
+    JobSummary,
+)
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
 
 
@@ -124,7 +132,7 @@ class JobAttribution:
 
     def summary(self) -> JobSummary:
         """The typed contract every reader outside the model gets (`ett/summary.py`)."""
-        return JobSummary.from_attribution(self)
+        return _summary_of(self)
 
     def to_dict(self, *, include_timeline: bool = False) -> dict[str, Any]:
         """The JSON form of `summary()`, with the labelled timeline when asked."""
@@ -142,3 +150,65 @@ class JobAttribution:
                     for rank, s, e, label in self.rank_phases
                 ]
         return out
+
+
+def _summary_of(result: JobAttribution) -> JobSummary:
+    """`result` in seconds, as the `JobSummary` of the version this code writes."""
+    return JobSummary(
+        job=result.job,
+        tenant=result.tenant,
+        model=result.model,
+        dag_id=result.dag_id,
+        run_id=result.run_id,
+        provisional=result.provisional,
+        started=result.started,
+        submitted_at=result.submitted_at,
+        ended_at=result.ended_at,
+        ett_pct=result.ett_pct,
+        e2e_s=to_s(result.e2e_us),
+        effective_s=to_s(result.effective_us),
+        tts_s=to_s(result.tts_us),
+        ttr_s=[to_s(v) for v in result.ttr_us],
+        ttr_from_detection_s=[
+            f.ttr_from_detection_s for f in result.failures if f.ttr_us is not None
+        ],
+        nof=result.nof,
+        in_loop_waste_s=to_s(result.in_loop_waste_us),
+        shutdown_s=to_s(result.shutdown_us),
+        csbt_s=to_s(result.csbt_us),
+        components={c: to_s(result.components_us[c]) for c in COMPONENTS},
+        phases=_seconds(result.phases_us),
+        phases_raw=_seconds(result.phases_raw_us),
+        phase_components=dict(sorted(result.phase_components.items())),
+        tts_phases=_seconds(result.tts_phases_us),
+        failures=[_failure_row(f) for f in result.failures],
+        attempts=list(result.attempts),
+        rates=FailureRates(**result.failure_rates()),
+        checkpoints=CheckpointTotals(
+            saves=result.checkpoint_saves,
+            final_saves=result.final_checkpoint_saves,
+            blocking_s=to_s(result.csbt_us),
+            total_s=to_s(result.checkpoint_total_us),
+            bytes=result.checkpoint_bytes,
+        ),
+        model_available_after_release_s=(
+            None if result.model_available_after_release_us is None
+            else to_s(result.model_available_after_release_us)
+        ),
+        warnings=list(result.warnings),
+        world_size=result.world_size,
+        synthetic=result.synthetic,
+        version=SUMMARY_VERSION,
+    )
+
+
+def _seconds(values_us: dict[str, int]) -> dict[str, float]:
+    return {k: to_s(v) for k, v in sorted(values_us.items())}
+
+
+def _failure_row(f: FailureSummary) -> FailureRow:
+    return FailureRow(attempt=f.attempt, cause=f.cause, at=f.at, during_tts=f.during_tts,
+                      ttr_s=f.ttr_s, detection_s=to_s(f.detection_us),
+                      ttr_from_detection_s=f.ttr_from_detection_s,
+                      stages={k: to_s(v) for k, v in f.stages_us.items()},
+                      phases={k: to_s(v) for k, v in f.phases_us.items()})
