@@ -21,7 +21,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 import msgspec
 import sqlalchemy as sa
@@ -36,9 +36,10 @@ from airflow_ett.store.schema import daily_days, daily_groups, daily_jobs, event
 if TYPE_CHECKING:
     from airflow_ett.ett.attribution import JobAttribution
     from airflow_ett.rollup import ComponentsConfig, DayPart, DayRollup, DayWindow
-    from airflow_ett.store.store import EttStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _JOB_CHUNK: Final = 400  # job ids per IN (...) read
 _ROW_CHUNK: Final = 2000  # rows per INSERT batch
@@ -163,10 +164,23 @@ def _group_rows(r: DayRollup) -> list[dict[str, Any]]:
     return rows
 
 
+class RowAccess(Protocol):
+    """What the daily rows need of a store (`EttStore` is one): its masked URL for logs,
+    and a read and a write transaction (the write retried on a busy database). Typed so,
+    this module imports nothing of store.py, which imports it (lazily)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def _read(self, fn: Callable[[Connection], T]) -> T: ...
+
+    def _write(self, fn: Callable[[Connection], T]) -> T: ...
+
+
 class DailyRollups:
     """The `ett_daily_*` rows of one store (`EttStore.daily`)."""
 
-    def __init__(self, store: EttStore) -> None:
+    def __init__(self, store: RowAccess) -> None:
         self._store = store
 
     # -- reading what a day needs --------------------------------------------------
