@@ -16,7 +16,8 @@ from typing import Any, Final
 
 from airflow_ett._untrusted import UntrustedFileError, load_json, load_toml
 from airflow_ett.ett.events import MAX_WORLD_SIZE
-from airflow_ett.trainer.faults import FAULT_KINDS, SLOW_SAVE_S, FaultKind
+from airflow_ett.trainer.faults import FAULT_KINDS, SLOW_SAVE_S
+from airflow_ett.trainer.faults import FaultSpec as FaultSpec  # a config's `faults`
 from airflow_ett.trainer.model_config import ModelConfig, ModelConfigError, resolve_model_config
 from airflow_ett.trainer.model_spec import (
     DLRM_FACTORY,
@@ -63,27 +64,6 @@ MAX_DURATION_S = DAY_S
 MAX_ATTEMPT = 10_000
 #: A fault's `rank` is below the most processes a job may report (events'
 #: `MAX_WORLD_SIZE`) and below this job's world size (`check_fault_ranks`).
-
-
-@dataclass(frozen=True, slots=True)
-class FaultSpec:
-    """Inject a failure after step `at_step` completes, on attempt `attempt` only (1-based;
-    None: every attempt). `raise` is an application error, `kill` a SIGKILL of the
-    process (an infra failure nobody reports), `hang` stops making progress until killed,
-    `sigterm` asks it to leave as a preemption does; `slow_save` makes the periodic save
-    at that step block `seconds` longer (slow storage: what a save in progress looks like
-    to the preemption controller), and fails nothing.
-
-    `rank`: the one rank of a torchrun job it hits (None, the default: every rank, as a
-    fault hit every rank before ranks could be named; a fault meant to show one rank's
-    failure, a lost host, names it). It must be below the job's world size, which is
-    known only when the trainer runs: `check_fault_ranks` says so there (exit 78)."""
-
-    kind: FaultKind
-    at_step: int
-    attempt: int | None = None
-    seconds: float = SLOW_SAVE_S
-    rank: int | None = None
 
 
 def check_fault_ranks(faults: tuple[FaultSpec, ...], world_size: int) -> None:

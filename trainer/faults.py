@@ -1,6 +1,7 @@
 """Fault injection: how the trainer fails on purpose, at a chosen step of a chosen
 attempt, to show a recovery and measure it. How it leaves when asked to, and what its
-exit codes mean, is the leave protocol's (`airflow_ett/protocol/`).
+exit codes mean, is the leave protocol's (`airflow_ett/protocol/`). Imports the stdlib
+alone.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal, get_args
-
-if TYPE_CHECKING:  # at run time this module imports the stdlib alone (see __main__)
-    from airflow_ett.trainer.config import FaultSpec
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -24,6 +23,31 @@ FaultKind = Literal["raise", "kill", "hang", "sigterm", "slow_save"]
 #: How much longer a `slow_save` makes its save, unless the fault says (`seconds`).
 SLOW_SAVE_S: Final = 20.0
 FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """Inject a failure after step `at_step` completes, on attempt `attempt` only (1-based;
+    None: every attempt). `raise` is an application error, `kill` a SIGKILL of the
+    process (an infra failure nobody reports), `hang` stops making progress until killed,
+    `sigterm` asks it to leave as a preemption does; `slow_save` makes the periodic save
+    at that step block `seconds` longer (slow storage: what a save in progress looks like
+    to the preemption controller), and fails nothing.
+
+    `rank`: the one rank of a torchrun job it hits (None, the default: every rank, as a
+    fault hit every rank before ranks could be named; a fault meant to show one rank's
+    failure, a lost host, names it). It must be below the job's world size, which is
+    known only when the trainer runs: `config.check_fault_ranks` says so there (exit 78).
+
+    Read from the config's `faults` (`config.py`, which re-exports it); defined here so
+    that this module, which imports the stdlib alone, needs nothing of the config."""
+
+    kind: FaultKind
+    at_step: int
+    attempt: int | None = None
+    seconds: float = SLOW_SAVE_S
+    rank: int | None = None
+
 
 class InjectedFault(RuntimeError):
     """The `raise` fault: an application error at a chosen step."""
