@@ -20,8 +20,7 @@ from airflow_ett.ett.attribution import attribute
 from airflow_ett.ett.events import event_to_json, read_events
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.synthetic import EXAMPLE_SPEC, InjectedFailure, JobSpec, simulate
-
-from .test_cli import EXAMPLE
+from tests.cli.test_cli import EXAMPLE
 
 # A job id as long as the demo's, and one far past any terminal width.
 DEMO_JOB = "ett_dlrm_demo__manual__2026-11-29T11:39:15.808330+00:00"

@@ -15,8 +15,7 @@ from airflow_ett.operators.job import (
     job_paths,
     materialize,
 )
-
-from .conftest import TINY
+from tests.operators.conftest import TINY
 
 
 def test_job_paths_are_per_run_and_filesystem_safe(tmp_path: Path) -> None:

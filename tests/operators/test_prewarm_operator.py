@@ -9,9 +9,8 @@ import pytest
 
 from airflow_ett.ett.events import PhaseEnded, PhaseStarted
 from airflow_ett.operators import CompileCachePrewarmOperator, JobConfigError
+from tests.operators.conftest import TINY, context, execute_in_thread, started_trainer, store_events
 from tests.proc_tree import TreeRecorder, still_running
-
-from .conftest import TINY, context, execute_in_thread, started_trainer, store_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

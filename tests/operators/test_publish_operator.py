@@ -11,8 +11,7 @@ import pytest
 from airflow_ett.ett.events import JobEnded, ModelPublished, PhaseStarted
 from airflow_ett.operators import PublishModelOperator, TorchRecTrainOperator
 from airflow_ett.trainer.publish import load_published
-
-from .conftest import TINY, context, store_events
+from tests.operators.conftest import TINY, context, store_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

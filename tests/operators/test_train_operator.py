@@ -24,9 +24,7 @@ from airflow_ett.operators.errors import (
 )
 from airflow_ett.operators.train import ATTEMPTS_KEY, first_attempt_number
 from airflow_ett.trainer.checkpoint import read_marker
-from tests.proc_tree import TreeRecorder, still_running
-
-from .conftest import (
+from tests.operators.conftest import (
     TINY,
     DictStateStore,
     context,
@@ -35,6 +33,7 @@ from .conftest import (
     store_events,
     store_summary,
 )
+from tests.proc_tree import TreeRecorder, still_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
