@@ -472,3 +472,101 @@ def test_the_single_file_check_sees_every_way_to_import(name: str, source: str,
     probe.write_text(source)
     assert _disallowed(probe) == reported
 
+
+def test_the_architecture_doc_names_every_folder_with_a_ruff_toml() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    start = doc.index("The \"may import\" rules below are enforced")
+    sentence = doc[start:doc.index("## The parts")]
+    for folder in MAY_IMPORT:
+        assert f"`{folder}/`" in sentence, folder
+
+
+# -- no import circle -------------------------------------------------------------------------
+
+def _module_paths(root: Path) -> dict[str, Path]:
+    """The package's modules by name: airflow_ett/ (not through its trainer and operators
+    symlinks) and the repository-root trainer/ and operators/ they point at."""
+    out = {}
+    for top, name in (("airflow_ett", "airflow_ett"), ("trainer", "airflow_ett.trainer"),
+                      ("operators", "airflow_ett.operators")):
+        for here, _, files in os.walk(root / top):  # symlinks are not followed
+            for file in files:
+                if file.endswith(".py"):
+                    rel = (Path(here) / file).relative_to(root / top).with_suffix("").parts
+                    dotted = [name, *rel[:-1]] + ([] if rel[-1] == "__init__" else [rel[-1]])
+                    out[".".join(dotted)] = Path(here) / file
+    return out
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports: at any depth (functions, TYPE_CHECKING),
+    `from P import n` as P.n when that is a module, and each package whose __init__ an
+    import runs first (importing a.b.c runs a.b), but not a module's own packages."""
+    modules = _module_paths(root)
+
+    def known(name: str) -> str | None:
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name if name in modules else None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        graph[module] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                target = known(name)
+                while target is not None and target != module:
+                    if not module.startswith(target + "."):
+                        graph[module].add(target)
+                    target = target.rsplit(".", 1)[0] if "." in target else None
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another, directly or not, sorted."""
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for other in graph[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        return seen
+
+    reachable = {node: reach(node) for node in graph}
+    groups = {frozenset({node} | {m for m in reachable[node] if node in reachable[m]})
+              for node in graph if node in reachable[node]}
+    return sorted(sorted(group) for group in groups)
+
+
+def test_no_module_imports_its_way_round_a_circle() -> None:
+    """Not even through a TYPE_CHECKING import or a package's __init__ (mypy and a
+    reader follow those too): a shared piece lives where both sides may import it."""
+    graph = _import_graph(ROOT)
+    assert len(graph) > 150 and "airflow_ett.trainer.faults" in graph
+    assert _circles(graph) == []
+
+
+def test_a_type_only_circle_is_found(tmp_path: Path) -> None:
+    """The check above, on a package written to a temp dir: a TYPE_CHECKING import back,
+    and a circle closed by a package's __init__."""
+    package = tmp_path / "airflow_ett"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from airflow_ett.b import B\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                  "    from airflow_ett.a import A\n")
+    (package / "sub" / "__init__.py").write_text("from airflow_ett.sub import x\n")
+    (package / "sub" / "x.py").write_text("def f() -> None:\n    import airflow_ett.c\n")
+    (package / "c.py").write_text("from airflow_ett.sub.y import Y\n")
+    (package / "sub" / "y.py").write_text("")
+    assert _circles(_import_graph(tmp_path)) == [
+        ["airflow_ett.a", "airflow_ett.b"],
+        ["airflow_ett.c", "airflow_ett.sub", "airflow_ett.sub.x"],
+    ]
