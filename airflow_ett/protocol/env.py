@@ -7,7 +7,7 @@ preemption request, and tells the launcher what it needs to know.
 
 | variable | what it is |
 |---|---|
-| `ETT_JOB_ID` | the job (one DAG run): `<dag_id>/<run_id>` |
+| `ETT_JOB_ID` | the job (one DAG run): `<dag_id>__<run_id>` |
 | `ETT_ATTEMPT_ID` | this attempt (`<try>.<restart>`), unique in the job |
 | `ETT_ATTEMPT_NUMBER` | 1-based count of the job's attempts |
 | `ETT_JOB_DIR` | the job's directory (shared by its tries): the request file lives here |

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
@@ -110,6 +113,31 @@ def _saving(events: list[Any]) -> bool:
     return bool(started - {e.span for e in marks if isinstance(e, PhaseEnded)})
 
 
+@contextmanager
+def _frozen(af: EmbeddedAirflow, job: str) -> Iterator[None]:
+    """The job's trainer stopped (SIGSTOP, with its children) for the block: what the
+    controller looks at stays as it was however long the controller takes (it imports
+    Airflow: 10 s and more on a loaded machine, longer than any window a job's timing
+    could hold open)."""
+    trainers = []
+    for pid in af.process_tree():
+        try:
+            process = psutil.Process(pid)
+            if ("airflow_ett.trainer" in process.cmdline()
+                    and process.environ().get("ETT_JOB_ID") == job):
+                trainers += [process, *process.children(recursive=True)]
+        except psutil.Error:
+            continue
+    assert trainers, f"no trainer process of {job}"
+    for process in trainers:
+        process.suspend()
+    try:
+        yield
+    finally:
+        for process in trainers:
+            process.resume()
+
+
 def _controller(af: EmbeddedAirflow) -> str:
     done = subprocess.run([str(venv_script("airflow-ett")), "preemption", "run", "--once"],
                           env=af.env, capture_output=True, text=True, timeout=120, check=False)
@@ -155,15 +183,15 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
     low = job_id_for("pre_low", low_run)
     _wait("the low job's attempt starts",
           lambda: any(isinstance(e, AttemptStarted) for e in _events(url, low)), af)
-    assert "0 waiting" in _controller(af)  # nobody waits: nothing to decide
-    high_run = af.trigger("pre_high")
-    _wait("the high job waits for the slot", lambda: _ti(af, "pre_high", high_run)[
-        "state"] in ("scheduled", "queued"), af)
-    # In startup (its data pipeline still starting), the low job is not a victim.
-    assert not any(isinstance(e, Progress) for e in _events(url, low))
-    in_startup = _controller(af)
-    assert "not eligible: 1 in startup" in in_startup and "asked" not in in_startup
-    assert not any(isinstance(e, Progress) for e in _events(url, low))  # still so
+    with _frozen(af, low):  # in startup (its data pipeline still starting) meanwhile
+        assert "0 waiting" in _controller(af)  # nobody waits: nothing to decide
+        high_run = af.trigger("pre_high")
+        _wait("the high job waits for the slot", lambda: _ti(af, "pre_high", high_run)[
+            "state"] in ("scheduled", "queued"), af)
+        # In startup, the low job is not a victim.
+        assert not any(isinstance(e, Progress) for e in _events(url, low))
+        in_startup = _controller(af)
+        assert "not eligible: 1 in startup" in in_startup and "asked" not in in_startup
     _wait("the low job trains",
           lambda: any(isinstance(e, Progress) for e in _events(url, low)), af)
     _wait("two periodic saves of the low job (its cadence)",
@@ -172,8 +200,9 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
     # Mid-save (its slow third save), the low job is not a victim either.
     _wait("the low job's slow save begins", lambda: _saving(_events(url, low)), af,
           timeout=60.0)
-    mid_save = _controller(af)
-    assert _saving(_events(url, low)), "the slow save ended before the controller looked"
+    with _frozen(af, low):
+        mid_save = _controller(af)
+        assert _saving(_events(url, low))
     assert "not eligible: 1 saving a checkpoint" in mid_save and "asked" not in mid_save, \
         mid_save
     said = _wait("the controller asks the low job to yield",
