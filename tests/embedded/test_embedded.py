@@ -5,12 +5,13 @@ which run in file order and end with the test that stops it and looks for leftov
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,13 @@ def _ps() -> dict[int, tuple[int, str]]:
     return {int(pid): (int(pgid), stat) for pid, pgid, stat in rows}
 
 
+def _duration_us(access_line: str) -> int:
+    """An access line's `duration_us=<n>`: from the request received to the line."""
+    match = re.search(r"\bduration_us=(\d+)\b", access_line)
+    assert match, access_line
+    return int(match.group(1))
+
+
 def _logged_at(line: str) -> datetime:
     """The time a log line begins with (ours: `=== <iso> airflow ...`; Airflow's: `<iso>Z`)."""
     return datetime.fromisoformat(line.removeprefix("=== ").split()[0].replace("Z", "+00:00"))
@@ -222,7 +230,10 @@ def test_the_scheduler_starts_once_the_execution_api_answers(
             if runs_tasks(c)] == ["scheduler"]
     assert runs_tasks("worker-gpu")  # a Celery worker, by a name of one's own
     api_log = (airflow.log_dir / "api-server.log").read_text().splitlines()
-    answered = [_logged_at(line) for line in api_log
+    # The access line is written after the response is sent, so its stamp may follow the
+    # scheduler's start by the write; the request it answers began `duration_us` before.
+    answered = [_logged_at(line) - timedelta(microseconds=_duration_us(line))
+                for line in api_log
                 if "path=/execution/health " in line and "status_code=200" in line]
     scheduler_log = (airflow.log_dir / "scheduler.log").read_text().splitlines()
     started = _logged_at(next(line for line in scheduler_log if line.startswith("=== ")))
