@@ -113,6 +113,14 @@ def _saving(events: list[Any]) -> bool:
     return bool(started - {e.span for e in marks if isinstance(e, PhaseEnded)})
 
 
+def _trains_after_saves(events: list[Any]) -> bool:
+    """No save open, and a progress span since the latest one ended."""
+    ends = [e.ts for e in events if isinstance(e, PhaseEnded)
+            and e.phase == "checkpoint_save_blocking"]
+    return (not _saving(events) and bool(ends)
+            and any(isinstance(e, Progress) and e.ts > max(ends) for e in events))
+
+
 @contextmanager
 def _frozen(af: EmbeddedAirflow, job: str) -> Iterator[None]:
     """The job's trainer stopped (SIGSTOP, with its children) for the block: what the
@@ -205,9 +213,15 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
         assert _saving(_events(url, low))
     assert "not eligible: 1 saving a checkpoint" in mid_save and "asked" not in mid_save, \
         mid_save
-    said = _wait("the controller asks the low job to yield",
-                 lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
-                 timeout=60.0)
+    # Once that save has ended and the trainer has said so, the controller asks; stopped
+    # meanwhile, the job cannot reach its last step first (on a loaded machine each look
+    # takes 10-20 s, and a job that finishes has nothing left to yield).
+    _wait("the slow save ends and the low job trains on",
+          lambda: _trains_after_saves(_events(url, low)), af, timeout=120.0)
+    with _frozen(af, low):
+        said = _wait("the controller asks the low job to yield",
+                     lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
+                     timeout=120.0)
     assert f"preempted {low}: tenant batch over its guarantee by 1 GPU" in said
     assert "yields at its next checkpoint" in said, said
     assert af.wait_for_run("pre_high", high_run, timeout=420.0) == "success"
