@@ -27,8 +27,8 @@ from airflow_ett.protocol.exits import (
     EXIT_OK,
 )
 from airflow_ett.trainer.config import load_config
+from airflow_ett.trainer.final_state import load_final_state
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
-from airflow_ett.trainer.loop import load_final_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
