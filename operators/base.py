@@ -18,6 +18,7 @@ from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import (
     MAX_NPROC,
     JobPaths,
+    TrainerSpec,
     check_trainer_config,
     check_work_dir,
     job_paths,
@@ -93,10 +94,10 @@ class EttTrainerOperator(EttJobOperator):
         the paths the operators manage; validated when the DAG file is parsed.
     """
 
-    def __init__(self, *, trainer_config: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, trainer_config: TrainerSpec, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         check_trainer_config(trainer_config, nproc=self.nproc)
-        self.trainer_config = dict(trainer_config)
+        self.trainer_config = TrainerSpec(**trainer_config)
 
     def prepare(self, context: Mapping[str, Any]) -> tuple[JobPaths, TrainerConfig]:
         """The job's files and its trainer config with the run's params applied."""
