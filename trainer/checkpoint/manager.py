@@ -57,7 +57,6 @@ from airflow_ett.trainer.checkpoint.staging import (
     _Stager,
     _watch_exit,
 )
-from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 
 log = logging.getLogger("airflow_ett.trainer.checkpoint")
 
@@ -89,8 +88,6 @@ class CheckpointManager:
     restore and compares CRC32s; "size" only compares sizes (for checkpoints too big to
     re-read on every restart). `reuse_staging_buffers`: keep the staging copy between
     saves (one extra copy of the state in host memory, for much cheaper stagings).
-    `interval`: when the caller's next periodic save is due (`IntervalPolicy`; by default
-    never): the caller asks it and tells it about each periodic save.
 
     `overlap_staging` (async only): `save()` returns once the staging copies are started
     on a staging thread, and the caller must call `wait_staged()` before anything modifies
@@ -115,7 +112,6 @@ class CheckpointManager:
         reuse_staging_buffers: bool = True,
         write_threads: int = 1,
         collective_timeout: timedelta = timedelta(minutes=10),
-        interval: IntervalPolicy | None = None,
         overlap_staging: bool = False,
     ) -> None:
         if overlap_staging and not async_save:
@@ -125,7 +121,6 @@ class CheckpointManager:
         if verify not in ("checksum", "size"):
             raise ValueError(f"verify must be 'checksum' or 'size', got {verify!r}")
         self.directory = Path(directory)
-        self.interval = interval or IntervalPolicy()
         self.keep_last = keep_last
         self.async_save = async_save
         self.on_commit = on_commit
