@@ -23,7 +23,7 @@ variant alike. Blocking = the time the caller is held; "total" = until durable.
 
 With `--device cuda` (the default where CUDA is available) the state lives on the GPU:
 the copy floor is then the state copied to host memory (`.to("cpu")`), the warm copy is
-`copy_` into kept pinned host buffers, ours stages into pinned buffers (`checkpoint.py`),
+`copy_` into kept pinned host buffers, ours stages into pinned buffers (`checkpoint/staging.py`),
 and "stock pinned" is `async_save` with a kept `DefaultStager` staging into pinned memory
 with non-blocking copies (torchtitan's "async_with_pinned_mem" without its checkpoint
 process); every timing synchronizes the device first. Stock with

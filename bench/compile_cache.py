@@ -33,7 +33,7 @@ fresh TMPDIR, so no host-global state (inductor's default dir, its precompiled h
 carries from one process to the next: each run is a fresh host except for the shared
 cache root. With `--pch`, two more runs show what a warm process costs on a fresh host
 when inductor's precompiled C++ headers are left on (the default `CompileCache` turns
-them off; see its module docstring).
+them off; see `trainer/compile_cache/inductor.py`).
 
 Target (issue 13): warm at most 5% of cold (issue 3's was 10%). Both ratios are printed;
 the honest one is against 0.

@@ -38,7 +38,7 @@ import torch
 
 from airflow_ett.examples.make_data import NUM_EMBEDDINGS, make
 from airflow_ett.trainer.config import load_config
-from airflow_ett.trainer.loop import load_final_state
+from airflow_ett.trainer.final_state import load_final_state
 from bench._jobs import run_job, write_config
 
 OPTIMIZATIONS = ("fast_batch", "parallel_init", "compile_cache", "async_checkpoint",

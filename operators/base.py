@@ -7,9 +7,8 @@ codes, restarts) and the ETT model; an operator wires Airflow's context to them.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
@@ -18,6 +17,7 @@ from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import (
     MAX_NPROC,
     JobPaths,
+    TrainerSpec,
     check_trainer_config,
     check_work_dir,
     job_paths,
@@ -27,6 +27,9 @@ from airflow_ett.operators.job import (
 from airflow_ett.protocol.env import CHECKPOINT_DIR_ENV, JOB_DIR_ENV
 from airflow_ett.settings import EttSettings
 from airflow_ett.trainer.config import TrainerConfig
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class EttJobOperator(BaseOperator):
@@ -52,18 +55,18 @@ class EttJobOperator(BaseOperator):
     # -- per-run helpers (execute time) --------------------------------------------------
 
     @staticmethod
-    def run_ids(context: Mapping[str, Any]) -> tuple[str, str]:
+    def run_ids(context: Context) -> tuple[str, str]:
         ti = context["ti"]
         return str(ti.dag_id), str(ti.run_id)
 
-    def job_id(self, context: Mapping[str, Any]) -> str:
+    def job_id(self, context: Context) -> str:
         return job_id_for(*self.run_ids(context))
 
-    def paths(self, context: Mapping[str, Any]) -> JobPaths:
+    def paths(self, context: Context) -> JobPaths:
         root = Path(self.work_dir).expanduser() if self.work_dir else EttSettings.load().work_dir
         return job_paths(root, *self.run_ids(context))
 
-    def emitter(self, context: Mapping[str, Any], attempt: str | None = None) -> Emitter:
+    def emitter(self, context: Context, attempt: str | None = None) -> Emitter:
         base = get_emitter() if self.record else Emitter(disabled=True)
         return base.bind(self.job_id(context), attempt)
 
@@ -93,12 +96,12 @@ class EttTrainerOperator(EttJobOperator):
         the paths the operators manage; validated when the DAG file is parsed.
     """
 
-    def __init__(self, *, trainer_config: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, trainer_config: TrainerSpec, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         check_trainer_config(trainer_config, nproc=self.nproc)
-        self.trainer_config = dict(trainer_config)
+        self.trainer_config = TrainerSpec(**trainer_config)
 
-    def prepare(self, context: Mapping[str, Any]) -> tuple[JobPaths, TrainerConfig]:
+    def prepare(self, context: Context) -> tuple[JobPaths, TrainerConfig]:
         """The job's files and its trainer config with the run's params applied."""
         paths = self.paths(context)
         cfg = materialize(self.trainer_config, context.get("params"), paths)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from airflow.sdk import DAG
 
 from airflow_ett.jobs import tags_for
-from airflow_ett.operators.job import JobConfigError, reader
+from airflow_ett.operators.job import JobConfigError, Placement, reader
 from airflow_ett.operators.train import CommandTrainOperator, check_command
+
+if TYPE_CHECKING:
+    from airflow.sdk.definitions.dag import ScheduleArg
 
 #: What a command job's DAG documents for its one task.
 TASK_DOC: Final = ("Runs the trainer command on the GPU queue: restarts it in place on a "
@@ -45,7 +48,7 @@ Command: `{shown[:500]}`
 
 
 def command_job(dag_id: str, *, command: Sequence[str], model: object, tenant: str,
-                schedule: Any, start_date: datetime | None, retries: int,
+                schedule: ScheduleArg, start_date: datetime | None, retries: int,
                 retry_delay: timedelta, restarts: int, nproc: int, queues: Mapping[str, str],
                 pools: Mapping[str, str], work_dir: str | None, record: bool,
                 tags: Sequence[str], grace_s: float, progress_pattern: str | None,
@@ -69,9 +72,9 @@ def command_job(dag_id: str, *, command: Sequence[str], model: object, tenant: s
                              "one task, 'train'")
     dag_tags = [*tags_for(tenant, label, record=record, gpus=nproc), *tags]
     dag_kwargs.setdefault("doc_md", _dag_doc(tenant, label, command, record))
-    train_kwargs: dict[str, Any] = {"queue": queues.get("train", "gpu")}
+    placement: Placement = {"queue": queues.get("train", "gpu")}
     if "train" in pools:
-        train_kwargs["pool"] = pools["train"]
+        placement["pool"] = pools["train"]
     with DAG(dag_id, schedule=schedule, start_date=start_date, tags=dag_tags,
              **dag_kwargs) as dag:
         CommandTrainOperator(
@@ -79,5 +82,5 @@ def command_job(dag_id: str, *, command: Sequence[str], model: object, tenant: s
             retry_delay=retry_delay, nproc=nproc, work_dir=work_dir, record=record,
             grace_s=grace_s, progress_pattern=progress_pattern, env=env, cwd=cwd,
             doc_md=TASK_DOC,
-            **train_kwargs)
+            **placement)
     return dag

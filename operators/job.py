@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, Required, TypedDict
 
 from airflow_ett._fs import atomic_write
 from airflow_ett.trainer.config import (
@@ -58,6 +58,81 @@ class JobConfigError(ValueError):
     """A lifecycle job that cannot run; the message names the parameter and value."""
 
 
+# -- the trainer config, as the operators hold and write it -----------------------------
+# The trainer reads every field (`airflow_ett.trainer.config.config_from_mapping`); these
+# say which fields there are and what the operators put in them. Tables the operators do
+# not look into (a DLRM's config, an owner's `model_config`, the `data` table, read by
+# `trainer.schema.read_data_spec`) stay mappings.
+
+
+class FaultEntry(TypedDict, total=False):
+    """One injected failure of `faults` (`trainer.faults.FaultSpec`, read field by field
+    by the trainer)."""
+
+    kind: Required[str]
+    at_step: Required[int]
+    attempt: int | None
+    seconds: float  # a `slow_save`'s extra time
+    rank: int | None
+
+
+class TrainerOptions(TypedDict, total=False):
+    """The trainer config's plain fields: `training_job(trainer_options=...)`, every
+    field but the ones the factory has a parameter for (or the operators manage)."""
+
+    seed: int
+    batch_size: int
+    lr_dense: float
+    lr_sparse: float
+    num_workers: int
+    prefetch: int
+    data_startup_latency_s: float
+    compile: bool
+    keep_last: int
+    grace_s: float
+    log_every_s: float
+    step_sleep_s: float
+    hang_timeout_s: float | None
+
+
+class OwnerParts(TypedDict, total=False):
+    """An owner's model and data (docs/model-contract.md), resolved at parse time: the
+    table passed to the factory, the folder its code was found in, the `data` table."""
+
+    model_config: Mapping[str, object]
+    model_code_path: str
+    data: Mapping[str, object]
+
+
+class TrainerSpec(TrainerOptions, OwnerParts, total=False):
+    """A job's trainer config as a DAG declares it (`trainer_config=` of the operators):
+    everything but the paths the operators manage (`MANAGED_FIELDS`)."""
+
+    model: Required[str | Mapping[str, object]]  # a bundled name, a DLRM table, "pkg.mod:fn"
+    steps: Required[int]
+    checkpoint_interval: int | str  # steps, seconds ("30s") or "auto"
+    faults: list[FaultEntry]
+    optimizations: Mapping[str, bool]
+
+
+class TrainerFile(TrainerSpec, total=False):
+    """`<job>/trainer.json`, what crosses from the operators to the trainer process: the
+    run's `TrainerSpec` (the trigger form applied) with the job's paths. One writer
+    (`materialize`, every task of the job the same bytes), one reader (the trainer's
+    `trainer.config.load_config`, `--config`)."""
+
+    checkpoint_dir: Required[str]
+    compile_cache_dir: str
+
+
+class Placement(TypedDict, total=False):
+    """Where a task of the job runs: its queue, and its pool when the DAG names one (left
+    out, the pool is the task's default, or the DAG's `default_args`')."""
+
+    queue: str
+    pool: str
+
+
 @dataclass(frozen=True, slots=True)
 class JobPaths:
     work_dir: Path
@@ -94,11 +169,11 @@ def reader(where: str) -> Reader:
     return Reader(where, JobConfigError)
 
 
-def check_trainer_config(config: Mapping[str, Any], *, nproc: int = 1) -> TrainerConfig:
+def check_trainer_config(config: Mapping[str, object], *, nproc: int = 1) -> TrainerConfig:
     """Validate a DAG file's trainer config as the trainer will (at DAG parse time),
     including whether its tables and batches can fit in memory at all (pure arithmetic
     against `PARSE_TIME_MEMORY_CAP_BYTES`; the trainer checks the real memory at start)."""
-    config = reader("trainer_config").mapping("trainer_config", config)
+    reader("trainer_config").mapping("trainer_config", config)
     managed = sorted(set(config) & set(MANAGED_FIELDS))
     if managed:
         raise JobConfigError(f"trainer config: {managed} are set by the lifecycle "
@@ -138,7 +213,7 @@ def check_train_args(where: str, *, restarts: object, publish_in_task: object,
                           maximum=MAX_ATTEMPT_TIMEOUT_S))
 
 
-def _int_param(params: Mapping[str, Any], name: str, minimum: int, maximum: int) -> int:
+def _int_param(params: Mapping[str, object], name: str, minimum: int, maximum: int) -> int:
     """A trigger-form integer. The form (or `airflow dags trigger -c`) may send the
     digits as a string: those are read exactly; anything else that is not an int
     (a float, a bool, '12.5') is refused, never truncated."""
@@ -148,7 +223,7 @@ def _int_param(params: Mapping[str, Any], name: str, minimum: int, maximum: int)
     return reader("").integer(f"DAG param {name!r}", value, minimum=minimum, maximum=maximum)
 
 
-def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) -> dict[str, Any]:
+def apply_params(config: TrainerSpec, params: Mapping[str, object] | None) -> TrainerSpec:
     """The trainer config with the trigger form's values applied.
 
     `steps` replaces the step count; `inject_fault` ("none" or a fault kind) with
@@ -157,16 +232,16 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
     model's config table, for a job that has them. Other params are the DAG author's own
     and are left alone.
     """
-    out = dict(config)
+    out = TrainerSpec(**config)
     params = reader("").mapping("DAG params", params or {})
     _apply_owner_params(config, params, out)
     if params.get("steps") is not None:
         out["steps"] = _int_param(params, "steps", 1, MAX_STEPS)
-    kind = params.get("inject_fault")
-    if kind is not None:
-        reader("").text("DAG param 'inject_fault'", kind, choices=FAULT_KINDS)
+    if params.get("inject_fault") is not None:
+        kind = reader("").text("DAG param 'inject_fault'", params["inject_fault"],
+                               choices=FAULT_KINDS)
         if kind == "none":
-            wanted: list[dict[str, Any]] = []
+            wanted: list[FaultEntry] = []
         else:
             at_step = _int_param(params, "fault_at_step", 1, MAX_STEPS) if params.get(
                 "fault_at_step") is not None else 1
@@ -180,8 +255,8 @@ def apply_params(config: Mapping[str, Any], params: Mapping[str, Any] | None) ->
     return out
 
 
-def _apply_owner_params(config: Mapping[str, Any], params: Mapping[str, Any],
-                        out: dict[str, Any]) -> None:
+def _apply_owner_params(config: TrainerSpec, params: Mapping[str, object],
+                        out: TrainerSpec) -> None:
     """`data_paths` and `model_config` from the form, into `out` (checked as the trainer
     will read them when the job's config is materialized)."""
     r = reader("")
@@ -193,14 +268,15 @@ def _apply_owner_params(config: Mapping[str, Any], params: Mapping[str, Any],
             if not Path(path).is_absolute():
                 raise r.fail(f"DAG param 'data_paths'[{i}]", path, "must be an absolute path "
                                                                    "or glob (the worker's)")
-        if chosen and chosen != list(data.get("paths", [])):
+        before = data.get("paths", [])
+        if chosen and chosen != (list(before) if isinstance(before, Iterable) else before):
             out["data"] = {**data, "paths": chosen}
     model_config = params.get("model_config")
     if model_config is not None and "model_config" in config:
         out["model_config"] = dict(r.mapping("DAG param 'model_config'", model_config))
 
 
-def _form_fault(faults: object) -> tuple[Any, ...]:
+def _form_fault(faults: object) -> tuple[object, ...]:
     """What the trigger form shows of a fault list: its first fault's kind, step and
     attempt ("none" for no fault)."""
     if not isinstance(faults, list | tuple) or not faults:
@@ -211,14 +287,14 @@ def _form_fault(faults: object) -> tuple[Any, ...]:
     return (first.get("kind"), first.get("at_step"), first.get("attempt") or 1)
 
 
-def materialize(config: Mapping[str, Any], params: Mapping[str, Any] | None,
+def materialize(config: TrainerSpec, params: Mapping[str, object] | None,
                 paths: JobPaths) -> TrainerConfig:
     """Write the job's trainer config file (atomically) and return it parsed.
 
     Every task writes the same bytes from the same inputs, so whichever runs first, the
     trainer, the publisher and a retry read one config.
     """
-    data = {
+    data: TrainerFile = {
         **apply_params(config, params),
         "checkpoint_dir": str(paths.checkpoint_dir),
         "compile_cache_dir": str(paths.compile_cache_dir),

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Required
 
 from airflow.sdk import DAG, Param
 
@@ -23,7 +23,12 @@ from airflow_ett.operators.job import (
     MAX_RESTARTS,
     MAX_RETRIES,
     MAX_RETRY_DELAY_S,
+    FaultEntry,
     JobConfigError,
+    OwnerParts,
+    Placement,
+    TrainerOptions,
+    TrainerSpec,
     check_trainer_config,
     check_work_dir,
     reader,
@@ -35,6 +40,9 @@ from airflow_ett.trainer.config import MAX_ATTEMPT, MAX_STEPS, TrainerConfig
 from airflow_ett.trainer.model_spec import ModelSpecError, read_model_spec
 from airflow_ett.trainer.schema import read_data_spec
 
+if TYPE_CHECKING:
+    from airflow.sdk.definitions.dag import ScheduleArg
+
 TRAINER_OPTIMIZATIONS: Final = ("fast_batch", "parallel_init", "compile_cache",
                                 "async_checkpoint", "warm_standby")
 OPTIMIZATIONS: Final = (*TRAINER_OPTIMIZATIONS, "standalone_publish")
@@ -45,6 +53,17 @@ DEFAULT_QUEUES: Final = {"prewarm": "cpu", "train": "gpu", "publish": "cpu"}
 
 
 _R = reader("training_job")
+
+
+class RoleArgs(Placement, total=False):
+    """What a lifecycle task of `role` is built with, besides its own parameters."""
+
+    task_id: Required[str]
+    doc_md: str
+    trainer_config: TrainerSpec
+    nproc: int
+    work_dir: str | None
+    record: bool
 
 
 def _roles_mapping(name: str, value: object) -> dict[str, str]:
@@ -62,9 +81,9 @@ def _roles_mapping(name: str, value: object) -> dict[str, str]:
     return out
 
 
-def _our_trainer(model: str | Mapping[str, Any] | None, steps: int | None,
+def _our_trainer(model: str | Mapping[str, object] | None, steps: int | None,
                  checkpoint_interval: int | str | None
-                 ) -> tuple[str | Mapping[str, Any], int, int | str]:
+                 ) -> tuple[str | Mapping[str, object], int, int | str]:
     """A job of our trainer needs its model and steps; the interval defaults to 50."""
     if model is None or steps is None:
         raise JobConfigError("training_job: needs model= and steps= (our trainer on your "
@@ -92,15 +111,15 @@ def _optimizations(value: object) -> dict[str, bool]:
     return chosen
 
 
-def _faults(value: object) -> list[dict[str, Any]]:
+def _faults(value: Sequence[FaultEntry]) -> list[FaultEntry]:
     """A list of `{kind, at_step, attempt}` mappings (the trainer reads each field)."""
-    items = _R.sequence("faults", value)
-    for i, item in enumerate(items):
+    _R.sequence("faults", value)
+    for i, item in enumerate(value):
         _R.mapping(f"faults[{i}]", item)
-    return [dict(item) for item in items]
+    return [FaultEntry(**item) for item in value]
 
 
-def _model_tag(model: str | Mapping[str, Any]) -> str:
+def _model_tag(model: str | Mapping[str, object]) -> str:
     if isinstance(model, Mapping):
         return str(model.get("name", "custom"))
     if ":" in model:  # an owner's factory: its module's name
@@ -116,12 +135,12 @@ def _caller_dir() -> Path:
     return Path(frame.f_code.co_filename).resolve().parent
 
 
-def _owner_parts(model: str | Mapping[str, Any], model_config: object, data: object,
-                 here: Path) -> dict[str, Any]:
+def _owner_parts(model: str | Mapping[str, object], model_config: object, data: object,
+                 here: Path) -> OwnerParts:
     """The trainer config's `model_config`, `model_code_path` and `data` for an owner's
     model or data, resolved now: the module found (not imported) from the DAG's folder,
     relative data paths made absolute, everything checked (one line each)."""
-    out: dict[str, Any] = {}
+    out: OwnerParts = {}
     if isinstance(model, str) and ":" in model:
         try:
             spec = read_model_spec(model, model_config, where="training_job", search=[here])
@@ -139,7 +158,7 @@ def _owner_parts(model: str | Mapping[str, Any], model_config: object, data: obj
     return out
 
 
-def _model_config(model: str | Mapping[str, Any]) -> str | dict[str, Any]:
+def _model_config(model: str | Mapping[str, object]) -> str | dict[str, object]:
     """A bundled name passes through; a path to a JSON model config is read now, so the
     job's files carry the full config (a worker may not see the DAG folder's paths)."""
     if isinstance(model, Mapping):
@@ -196,7 +215,7 @@ Optimizations on: {on}.
 """
 
 
-def _form_params(steps: int, cfg: TrainerConfig, trainer_config: Mapping[str, Any]
+def _form_params(steps: int, cfg: TrainerConfig, trainer_config: TrainerSpec
                  ) -> dict[str, Param]:
     """The trigger form: steps, one injected fault, and an owner job's data paths and
     model config."""
@@ -227,16 +246,16 @@ def _form_params(steps: int, cfg: TrainerConfig, trainer_config: Mapping[str, An
 def training_job(
     dag_id: str,
     *,
-    model: str | Mapping[str, Any] | None = None,
+    model: str | Mapping[str, object] | None = None,
     steps: int | None = None,
     command: Sequence[str] | None = None,
     grace_s: float = 30.0,
     progress_pattern: str | None = None,
     env: Mapping[str, str] | None = None,
-    model_config: Mapping[str, Any] | None = None,
-    data: Mapping[str, Any] | None = None,
+    model_config: Mapping[str, object] | None = None,
+    data: Mapping[str, object] | None = None,
     tenant: str = "default",
-    schedule: Any = None,
+    schedule: ScheduleArg = None,
     start_date: datetime | None = None,
     checkpoint_interval: int | str | None = None,
     retries: int = 2,
@@ -244,8 +263,8 @@ def training_job(
     restarts: int = 1,
     nproc: int = 1,
     optimizations: Mapping[str, bool] | None = None,
-    faults: Sequence[Mapping[str, Any]] | None = None,
-    trainer_options: Mapping[str, Any] | None = None,
+    faults: Sequence[FaultEntry] | None = None,
+    trainer_options: TrainerOptions | None = None,
     queues: Mapping[str, str] | None = None,
     pools: Mapping[str, str] | None = None,
     work_dir: str | None = None,
@@ -341,15 +360,17 @@ def training_job(
     queue_of = {**DEFAULT_QUEUES, **_roles_mapping("queues", queues)}
     pool_of = _roles_mapping("pools", pools)
     fault_list = _faults(faults or ())
-    options = {} if trainer_options is None else dict(
-        _R.mapping("trainer_options", trainer_options))
+    options = TrainerOptions()
+    if trainer_options is not None:
+        _R.mapping("trainer_options", trainer_options)
+        options = TrainerOptions(**trainer_options)
     clashing = sorted(set(options) & {"model", "steps", "checkpoint_interval", "faults",
                                       "optimizations", "model_config", "model_code_path",
                                       "data"})
     if clashing:
         raise JobConfigError(f"training_job: trainer_options {clashing} have their own "
                              "parameters")
-    trainer_config: dict[str, Any] = {
+    trainer_config: TrainerSpec = {
         **options,
         "model": _model_config(model),
         **_owner_parts(model, model_config, data, here),
@@ -361,12 +382,11 @@ def training_job(
     cfg = check_trainer_config(trainer_config, nproc=nproc)
 
     params = _form_params(steps, cfg, trainer_config)
-    common: dict[str, Any] = {"trainer_config": trainer_config, "nproc": nproc,
-                              "work_dir": work_dir, "record": record}
 
-    def role_kwargs(role: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"task_id": TASK_IDS[role], "queue": queue_of[role],
-                               "doc_md": TASK_DOCS[role], **common}
+    def role_kwargs(role: str) -> RoleArgs:
+        out: RoleArgs = {"task_id": TASK_IDS[role], "queue": queue_of[role],
+                         "doc_md": TASK_DOCS[role], "trainer_config": trainer_config,
+                         "nproc": nproc, "work_dir": work_dir, "record": record}
         if role in pool_of:
             out["pool"] = pool_of[role]
         return out

@@ -12,8 +12,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from airflow_ett._proc import terminate_tree
 from airflow_ett.operators.base import EttTrainerOperator
@@ -21,9 +20,23 @@ from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.protocol.exits import EXIT_BAD_CONFIG, EXIT_OK
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
 #: The longest `timeout_s` (docs/decisions/0023): a cold compile with autotuning takes
 #: minutes to an hour; a prewarm still compiling after a day has failed.
 MAX_PREWARM_S = 86_400.0
+
+
+class PrewarmResult(TypedDict):
+    """What a prewarm returns (its XCom): `hit` None and `key` None when there is
+    nothing to prewarm (compile or the cache off); on a miss, whether the compile
+    `saved` an entry and its exit code."""
+
+    hit: bool | None
+    key: str | None
+    saved: NotRequired[bool]
+    exit_code: NotRequired[int]
 
 
 class CompileCachePrewarmOperator(EttTrainerOperator):
@@ -46,7 +59,7 @@ class CompileCachePrewarmOperator(EttTrainerOperator):
         self._proc: subprocess.Popen[str] | None = None
         self._killed: threading.Event | None = None
 
-    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+    def execute(self, context: Context) -> PrewarmResult:
         started = time.monotonic()
         try:
             paths, cfg = self.prepare(context)

@@ -11,10 +11,8 @@ and the job's ETT figures, so that downstream DAGs can be scheduled on a new mod
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote
 
 from airflow.sdk import Asset
@@ -25,8 +23,31 @@ from airflow_ett.operators.errors import TrainerConfigError
 from airflow_ett.operators.job import JobConfigError, JobPaths, reader
 from airflow_ett.trainer.config import ConfigError, TrainerConfig
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.types import Logger
+    from pydantic import JsonValue
 
-def ett_summary(job: str, log: logging.Logger | Any) -> JobSummary | None:
+
+class PublishedModel(TypedDict):
+    """What a publish returns (the publish task's XCom): the artifact's folder, its
+    version and its manifest file."""
+
+    path: str
+    version: int
+    manifest: str
+
+
+class ModelAnnouncement(PublishedModel):
+    """The `extra` of the model asset's event (`announce`): the model published, by which
+    job, from which checkpoint step, and the job's ETT figures (`JobSummary.compact`)."""
+
+    job: str
+    step: int
+    ett: dict[str, object] | None
+
+
+def ett_summary(job: str, log: Logger) -> JobSummary | None:
     """The job's ETT so far, for the manifest; None when the store cannot say (publishing
     must not fail because the measurement is unavailable)."""
     try:
@@ -39,9 +60,8 @@ def ett_summary(job: str, log: logging.Logger | Any) -> JobSummary | None:
         return None
 
 
-def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
-                log: logging.Logger | Any,
-                prepared: tuple[JobPaths, TrainerConfig] | None = None) -> dict[str, Any]:
+def publish_job(op: EttTrainerOperator, context: Context,
+                prepared: tuple[JobPaths, TrainerConfig] | None = None) -> PublishedModel:
     """Publish the job's newest checkpoint; shared by this operator and the baseline's
     in-GPU publish (which passes the config it already `prepared`), so both write the
     same artifact."""
@@ -55,7 +75,7 @@ def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
 
     job = op.job_id(context)
     dag_id, run_id = op.run_ids(context)
-    summary = ett_summary(job, log)
+    summary = ett_summary(job, op.log)
     ett_pct = summary.ett_pct if summary is not None else None
     try:
         published = publish_model(
@@ -68,10 +88,10 @@ def publish_job(op: EttTrainerOperator, context: Mapping[str, Any],
     except ConfigError as exc:  # e.g. another model's checkpoints: a retry cannot help
         raise TrainerConfigError(str(exc)) from None
     op.emitter(context).model_published(uri=str(published.path))
-    log.info("published %s (checkpoint step %s, data cursor %s)", published.path,
-             published.step, published.cursor)
-    result = {"path": str(published.path), "version": published.version,
-              "manifest": str(published.manifest_path)}
+    op.log.info("published %s (checkpoint step %s, data cursor %s)", published.path,
+                published.step, published.cursor)
+    result: PublishedModel = {"path": str(published.path), "version": published.version,
+                              "manifest": str(published.manifest_path)}
     announce(op, context, {**result, "job": job, "step": published.step,
                            "ett": summary.compact() if summary is not None else None})
     return result
@@ -85,8 +105,7 @@ def model_asset(dag_id: str) -> Asset:
                  group="model")
 
 
-def announce(op: EttJobOperator, context: Mapping[str, Any], extra: Mapping[str, Any]
-             ) -> None:
+def announce(op: EttJobOperator, context: Context, extra: ModelAnnouncement) -> None:
     """Put `extra` (the version published, its path, the job and its ETT figures) on
     the asset event of each model asset the task updates (its `outlets`)."""
     events = context.get("outlet_events")
@@ -94,10 +113,10 @@ def announce(op: EttJobOperator, context: Mapping[str, Any], extra: Mapping[str,
         return
     for outlet in op.outlets:
         if isinstance(outlet, Asset) and outlet.uri.startswith("ett-model://"):
-            events[outlet].extra = _json_safe(dict(extra))
+            events[outlet].extra = {str(k): _json_safe(v) for k, v in extra.items()}
 
 
-def _json_safe(value: Any) -> Any:
+def _json_safe(value: object) -> JsonValue:
     """`value` with every non-finite float as None: an asset event's extra is JSON."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -105,7 +124,9 @@ def _json_safe(value: Any) -> Any:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
-    return value
+    if value is None or isinstance(value, str | int):  # bool is an int
+        return value
+    raise TypeError(f"not a JSON value: {type(value).__name__}")  # the extra is JSON
 
 
 class PublishModelOperator(EttTrainerOperator):
@@ -117,7 +138,7 @@ class PublishModelOperator(EttTrainerOperator):
     def __init__(self, *, queue: str = "cpu", **kwargs: Any) -> None:
         super().__init__(queue=reader(type(self).__name__).text("queue", queue), **kwargs)
 
-    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        result = publish_job(self, context, self.log)
+    def execute(self, context: Context) -> PublishedModel:
+        result = publish_job(self, context)
         self.emitter(context).flush()
         return result

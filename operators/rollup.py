@@ -18,7 +18,10 @@ from __future__ import annotations
 import datetime as dt
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG, Context
 
 ROLLUP_DAG_ID = "ett_fleet_rollup"
 CPU_QUEUE = "cpu"
@@ -56,7 +59,7 @@ def nightly_rollup(day: dt.date, *, store_url: str | None = None,
     return written
 
 
-def day_of_run(context: dict[str, Any], tz: str) -> dt.date:
+def day_of_run(context: Context, tz: str) -> dt.date:
     """The day a run is for: `conf["date"]` when given (a manual rerun of one day), else the
     run's data interval start in `tz`; a manual run with neither is for yesterday."""
     from airflow_ett.rollup.calendar import day_of, parse_day
@@ -71,9 +74,9 @@ def day_of_run(context: dict[str, Any], tz: str) -> dt.date:
     return day_of(time.time(), tz) - dt.timedelta(days=1)
 
 
-def fleet_rollup_dag(dag_id: str = ROLLUP_DAG_ID) -> Any:
+def fleet_rollup_dag(dag_id: str = ROLLUP_DAG_ID) -> DAG:
     import pendulum
-    from airflow.sdk import DAG, task
+    from airflow.sdk import DAG, get_current_context, task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from airflow_ett.settings import RollupSettings
@@ -94,10 +97,10 @@ def fleet_rollup_dag(dag_id: str = ROLLUP_DAG_ID) -> Any:
 
         @task(task_id="rollup_and_report", queue=CPU_QUEUE, retries=2,
               retry_delay=dt.timedelta(minutes=5))
-        def rollup_and_report(**context: Any) -> list[str]:
+        def rollup_and_report() -> list[str]:
             """Roll up the run's day (and the days before it that late events may have
             changed) into the ett_daily_* tables; write each day's report files."""
-            return nightly_rollup(day_of_run(context, tz))
+            return nightly_rollup(day_of_run(get_current_context(), tz))
 
         rollup_and_report()
     return dag

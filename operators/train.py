@@ -43,7 +43,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypedDict
 
 from airflow_ett._proc import ProcessTree
 from airflow_ett.jobs import attempt_id_for
@@ -58,6 +59,13 @@ from airflow_ett.operators.job import JobConfigError, JobPaths, check_train_args
 from airflow_ett.operators.log_progress import LogProgress, compile_pattern
 from airflow_ett.operators.request_watch import REQUEST_POLL_S, RequestWatcher
 from airflow_ett.protocol.env import DEFAULT_GRACE_S, GRACE_ENV, MAX_GRACE_S
+from airflow_ett.protocol.request import (
+    PreemptRequest,
+    archive_request,
+    claimed_path,
+    resume_after_s,
+    take_claimed,
+)
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.launcher import (
     AttemptOutcome,
@@ -66,6 +74,12 @@ from airflow_ett.trainer.launcher import (
     NotStartable,
     run_attempts,
 )
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.execution_time.context import TaskStateStoreAccessor
+
+    from airflow_ett.operators.publish import PublishedModel
 
 __all__ = ["REQUEST_POLL_S", "CommandTrainOperator", "TorchRecTrainOperator"]
 
@@ -94,9 +108,7 @@ class _StopLaunches(threading.Event):
     trainer claimed a request: no restart in place after an attempt that left on it, even
     one that left before the watcher's next look saw the claim."""
 
-    def __init__(self, job_dir: Any) -> None:
-        from airflow_ett.protocol.request import claimed_path
-
+    def __init__(self, job_dir: Path) -> None:
         super().__init__()
         self._claimed = claimed_path(job_dir)
 
@@ -113,11 +125,18 @@ def first_attempt_number(launched_before: int | None, try_number: int, restarts:
     return (max(try_number, 1) - 1) * (restarts + 1) + 1
 
 
-def _preemptions_before(job_dir: Any) -> int:
+def _preemptions_before(job_dir: Path) -> int:
     """How many preemption requests this job has acted on (archived in its directory)."""
-    from pathlib import Path
+    return len(list(job_dir.glob("preempt_request.*.done.json")))
 
-    return len(list(Path(job_dir).glob("preempt_request.*.done.json")))
+
+class TrainResult(TypedDict):
+    """What a train task that succeeded returns (its XCom): the attempts of this
+    execution, their exit codes, and the model when it published in the task."""
+
+    attempts: list[str]
+    exit_codes: list[int]
+    published: PublishedModel | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +207,7 @@ class CommandTrainOperator(EttJobOperator):
         self._on_kill = False  # on_kill came: a withdrawn request must not undo its stop
         self._grace_s = self.grace_s
 
-    def plan(self, context: Mapping[str, Any]) -> _Run:
+    def plan(self, context: Context) -> _Run:
         """What this execution launches: the DAG's command with the protocol's
         environment (a subclass launches its own)."""
         paths = self.paths(context)
@@ -202,7 +221,7 @@ class CommandTrainOperator(EttJobOperator):
         env = {**self.child_env(paths), GRACE_ENV: f"{self.grace_s:g}", **self.env}
         return _Run(paths, Command.of(self.command, nproc=self.nproc), env, self.grace_s)
 
-    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+    def execute(self, context: Context) -> TrainResult:
         ti = context["ti"]
         self._killed = threading.Event()
         self._on_kill = False
@@ -252,7 +271,7 @@ class CommandTrainOperator(EttJobOperator):
         self._failed(context, result, last_try=try_number > int(ti.max_tries))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _launched_before(self, store: Any) -> int | None:
+    def _launched_before(self, store: TaskStateStoreAccessor | None) -> int | None:
         if store is None:
             return None
         try:
@@ -262,8 +281,7 @@ class CommandTrainOperator(EttJobOperator):
             return None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    def _succeeded(self, context: Mapping[str, Any], result: LaunchResult, run: _Run
-                   ) -> dict[str, Any]:
+    def _succeeded(self, context: Context, result: LaunchResult, run: _Run) -> TrainResult:
         emitter = self.emitter(context)
         published = None
         if (self.publish_in_task and run.trainer is not None
@@ -271,7 +289,7 @@ class CommandTrainOperator(EttJobOperator):
             from airflow_ett.operators.publish import publish_job
 
             with emitter.phase("publish_in_gpu"):
-                published = publish_job(self, context, self.log, (run.paths, run.trainer))
+                published = publish_job(self, context, (run.paths, run.trainer))
         emitter.job_ended("success")
         emitter.flush()
         return {
@@ -280,7 +298,7 @@ class CommandTrainOperator(EttJobOperator):
             "published": published,
         }
 
-    def _failed(self, context: Mapping[str, Any], result: LaunchResult, *,
+    def _failed(self, context: Context, result: LaunchResult, *,
                 last_try: bool) -> None:
         last = result.last
         cls = last.exit_class
@@ -295,7 +313,7 @@ class CommandTrainOperator(EttJobOperator):
             raise TrainerConfigError(message)
         raise failure_for(cls.cause)(message, exit_code=last.exit_code)
 
-    def _yield_gpus(self, request: Any, why: str = "preemption request") -> None:
+    def _yield_gpus(self, request: PreemptRequest, why: str = "preemption request") -> None:
         """The controller asked this job to give its GPUs to another now (or its
         checkpoint did not come in time): no restart in place after this attempt; the
         trainer checkpoints and leaves within the grace period (or, when the request says
@@ -306,7 +324,7 @@ class CommandTrainOperator(EttJobOperator):
             self._killed.set()
         self._terminate(request.grace_s, why=why)
 
-    def _yield_at_checkpoint(self, request: Any) -> None:
+    def _yield_at_checkpoint(self, request: PreemptRequest) -> None:
         """Asked to yield at the next checkpoint: no restart in place after this attempt,
         and no signal: the trainer leaves by itself once that checkpoint committed."""
         self.log.warning("preemption requested at the next checkpoint (by %s at the "
@@ -315,7 +333,7 @@ class CommandTrainOperator(EttJobOperator):
         if self._killed is not None:
             self._killed.set()
 
-    def _request_withdrawn(self, request: Any) -> None:
+    def _request_withdrawn(self, request: PreemptRequest) -> None:
         """The controller took its `at_checkpoint` request back before the trainer claimed
         it: the trainer goes on, restartable in place again (unless on_kill came)."""
         self.log.warning("preemption at checkpoint withdrawn (%s no longer waits): training "
@@ -323,13 +341,11 @@ class CommandTrainOperator(EttJobOperator):
         if self._killed is not None and not self._on_kill:
             self._killed.clear()
 
-    def _after_request(self, context: Mapping[str, Any], request: Any, result: LaunchResult,
-                       paths: JobPaths) -> None:
+    def _after_request(self, context: Context, request: PreemptRequest,
+                       result: LaunchResult, paths: JobPaths) -> None:
         """Yield (reschedule) when the trainer left preempted (exit 75, or it claimed the
         request: torchrun hides the exit 75); a request that came as the trainer ended
         anyway is put aside, and the outcome stands."""
-        from airflow_ett.protocol.request import archive_request, take_claimed
-
         claimed = take_claimed(paths.job_dir, request)  # archived as done, if it is there
         if result.attempts and (result.last.exit_class.cause == "preemption"
                                 or claimed is not None):
@@ -339,13 +355,11 @@ class CommandTrainOperator(EttJobOperator):
                          else "not started")
         archive_request(paths.job_dir)
 
-    def _rescheduled(self, context: Mapping[str, Any], request: Any, paths: JobPaths,
-                     claimed: Any = None) -> None:
+    def _rescheduled(self, context: Context, request: PreemptRequest, paths: JobPaths,
+                     claimed: Path | None = None) -> None:
         from datetime import UTC, datetime, timedelta
 
         from airflow.exceptions import AirflowRescheduleException
-
-        from airflow_ett.protocol.request import archive_request, resume_after_s
 
         done = archive_request(paths.job_dir) or claimed
         self.emitter(context).flush()
@@ -404,7 +418,7 @@ class TorchRecTrainOperator(CommandTrainOperator, EttTrainerOperator):
         self.publish_in_task = reader(type(self).__name__).boolean("publish_in_task",
                                                                    publish_in_task)
 
-    def plan(self, context: Mapping[str, Any]) -> _Run:
+    def plan(self, context: Context) -> _Run:
         paths, cfg = self.prepare(context)
         return _Run(paths, Command.trainer(paths.config_file, nproc=self.nproc),
                     self.child_env(paths), cfg.grace_s, cfg.optimizations.warm_standby, cfg)
@@ -413,8 +427,8 @@ class TorchRecTrainOperator(CommandTrainOperator, EttTrainerOperator):
 class _AttemptHooks:
     """What the task does as each attempt starts, prints and ends unreported."""
 
-    def __init__(self, op: CommandTrainOperator, context: Mapping[str, Any],
-                 store: Any) -> None:
+    def __init__(self, op: CommandTrainOperator, context: Context,
+                 store: TaskStateStoreAccessor | None) -> None:
         self._op, self._context, self._store = op, context, store
         self.lines = _Lines(op.log.info)
 

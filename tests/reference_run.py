@@ -15,7 +15,7 @@ import torch
 def reference_weights(job_dir: Path, tmp: Path) -> dict[str, torch.Tensor]:
     """Train `job_dir/trainer.json` again in `tmp/ref`, without faults, pacing or events."""
     from airflow_ett.trainer.config import load_config
-    from airflow_ett.trainer.loop import load_final_state
+    from airflow_ett.trainer.final_state import load_final_state
 
     config = json.loads((job_dir / "trainer.json").read_text())
     config.update({"checkpoint_dir": str(tmp / "ref" / "ckpt"), "step_sleep_s": 0.0})

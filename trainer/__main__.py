@@ -137,7 +137,8 @@ def _main(argv: list[str] | None) -> int:
     except (ConfigError, TorchRecMissingError) as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    from airflow_ett.trainer.loop import Identity, run
+    from airflow_ett.trainer.identity import Identity
+    from airflow_ett.trainer.run import run
 
     job_id = args.job_id or f"standalone-{int(_PROCESS_START)}"
     ident = Identity(job_id, args.attempt_id or str(args.attempt_number), args.attempt_number)
@@ -149,7 +150,7 @@ def _main(argv: list[str] | None) -> int:
 def exit_now(code: int) -> NoReturn:
     """Leave without the interpreter's teardown. By the time `main` returns, everything
     that matters is done: the final checkpoint committed, the data workers and the
-    checkpoint writer closed, the events delivered or spooled (`loop.run` closes the
+    checkpoint writer closed, the events delivered or spooled (`run.run` closes the
     emitter), the exit record written. What is left is Python unwinding torch and
     torchrec module by module, which took 1.0 s on an idle 2-core machine (bench/RESULTS.md,
     "Shutdown"), and the allocation stays held for all of it: the GPUs of a finished

@@ -61,7 +61,7 @@ from airflow_ett.trainer.config import TrainerConfig
 if TYPE_CHECKING:
     from torch import nn
 
-    from airflow_ett.trainer.loop import FinalState
+    from airflow_ett.trainer.final_state import FinalState
 
 log = logging.getLogger(__name__)
 
@@ -230,14 +230,14 @@ def publish_model(
 
 
 def _restore(cfg: TrainerConfig) -> FinalState:
-    """The trainer's own restore (`loop.restore_final_state`), its errors as ours.
+    """The trainer's own restore (`final_state.restore_final_state`), its errors as ours.
 
     A directory holding another model's checkpoints is a bad config (`ConfigError`, exit
     78), the trainer's own preflight rule: restoring them would fail on shapes, and a
     retry would fail the same way."""
     from airflow_ett.trainer.checkpoint import CheckpointError
     from airflow_ett.trainer.config import ConfigError
-    from airflow_ett.trainer.loop import restore_final_state
+    from airflow_ett.trainer.final_state import restore_final_state
     from airflow_ett.trainer.preflight import check_checkpoint_owner
     from airflow_ett.trainer.readers import Reader
 

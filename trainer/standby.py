@@ -16,8 +16,9 @@ for the attempt after it. A job that ends well, or a launcher that stops, kills 
 spare; a spare whose launcher died reads end-of-file and exits.
 
 Both ends of the protocol live here: the launcher's half (`Spare`) imports nothing
-heavy, since the Airflow task process runs it; the trainer's half is `PhaseRecorder`,
-`clip_to` and `read_go`, which `trainer/loop.py` uses.
+heavy, since the Airflow task process runs it; the trainer's half is `stand_by` (warm
+up, then wait for the go) and `WarmUp` (reported once the spare is the attempt), which
+`trainer/run.py` calls.
 
 Attribution stays honest: nothing the spare does before `go` is reported live. Its
 warm-up phases are recorded here and, once it is told to go, reported clipped to the
@@ -46,7 +47,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_ett.emit import Emitter
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -77,7 +81,7 @@ class Recorded:
 @dataclass(slots=True)
 class PhaseRecorder:
     """Stands in for the emitter during the warm-up: `phase(name)` times the block and
-    keeps it, reporting nothing (`loop.Phases` is the protocol both satisfy)."""
+    keeps it, reporting nothing (`compiling.Phases` is the protocol both satisfy)."""
 
     recorded: list[Recorded] = field(default_factory=list)
 
@@ -209,6 +213,45 @@ class GoListener:
         if self._error is not None:
             raise self._error
         return self._go
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    """A spare's warm-up, once it was told to go: when, the part of its phases the job
+    waited for, and the error it met, raised as the attempt's own once it is one."""
+
+    go_ts: float
+    waited: list[Recorded]  # clipped to go_ts
+    error: Exception | None
+
+    def report(self, emitter: Emitter) -> None:
+        for phase in self.waited:
+            span = emitter.phase_start(phase.name, ts=phase.start)
+            emitter.phase_end(phase.name, span, ts=phase.end)
+        if self.error is not None:
+            raise self.error
+
+
+def stand_by(warm_up: Callable[[PhaseRecorder], None], process_start: float,
+             stream: IO[str]) -> WarmUp | None:
+    """Warm up (`warm_up`: `Trainer.warm_up`), then wait for the launcher's go; None
+    when it lets the spare go."""
+    listener = GoListener(stream)  # a go during the warm-up restores the priority at once
+    recorder = PhaseRecorder([Recorded("trainer_init", process_start, time.time())])
+    error: Exception | None = None
+    try:
+        warm_up(recorder)
+    except Exception as exc:  # the attempt's failure, if it is ever told to go
+        log.exception("warm standby: warm-up failed")
+        error = exc
+    log.info("warm standby ready %.1f s after its start: waiting to be told to go",
+             time.time() - process_start)
+    go = listener.wait()
+    if go is None:
+        log.info("warm standby not needed: exiting")
+        return None
+    os.environ.update(go.env)
+    return WarmUp(go.ts, clip_to(recorder.recorded, go.ts), error)
 
 
 # -- the launcher's half --------------------------------------------------------------

@@ -15,9 +15,19 @@ second) before a hang may not be reported, so detection can read up to a second 
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
+
+from airflow_ett.protocol.exits import EXIT_HUNG, exit_record
+
+if TYPE_CHECKING:
+    from airflow_ett.emit import Emitter
+
+log = logging.getLogger("airflow_ett.trainer")
 
 
 class HangWatchdog:
@@ -54,3 +64,20 @@ class HangWatchdog:
                 self._stop.set()
                 self._on_hang(self._last_wall, time.time())
                 return
+
+
+def exit_hung(emitter: Emitter, timeout_s: float, step: int, last_beat: float,
+              now: float) -> NoReturn:
+    """The trainer's `on_hang`: no step finished for `timeout_s` after `step`: report the
+    attempt failed (cause `infra`, noticed `now`) and leave with `EXIT_HUNG` at once."""
+    log.error("hang: no step finished for %.1f s (since step %d): leaving with exit "
+              "code %d so the launcher restarts the attempt", now - last_beat,
+              step, EXIT_HUNG)
+    emitter.attempt_ended("failed", cause="infra", detected_ts=now, exit_code=EXIT_HUNG,
+                          message=f"hung: no step finished for {timeout_s:g} s after step "
+                                  f"{step}")
+    exit_record.reported("infra")
+    exit_record.failed(now, f"hung after step {step}")
+    exit_record.exit(EXIT_HUNG)
+    emitter.flush(min(2.0, timeout_s))
+    os._exit(EXIT_HUNG)  # the main thread is stuck: no orderly way out

@@ -1,6 +1,6 @@
 """The trainer's side of leaving: SIGTERM, the request at a checkpoint, the first step.
 
-Any trainer process uses these (ours in `trainer/loop.py`, every adapter in
+Any trainer process uses these (ours in `trainer/leaving.py`, every adapter in
 `airflow_ett/adapters/`), so they all leave the same way:
 
 - `PreemptionFlag`: SIGTERM (a `now` preemption request acted on by the task, or

@@ -19,7 +19,7 @@ from airflow_ett.jobs import job_id_for
 
 DAG, RUN = "ranking_ctr_v7", "manual__2026-12-01T06:00:00+00:00"
 JOB = job_id_for(DAG, RUN)
-#: The victim's message as the trainer writes it (trainer/loop.py `_preempted_message`
+#: The victim's message as the trainer writes it (trainer/leaving.py `Leaving.message`
 #: around the controller's reason, README's example), and a crash's.
 REASON = ("left at its checkpoint on request: preempted " + JOB + ": tenant batch over its "
           "guarantee by 2 GPUs, checkpointed 40 s ago, unsaved work 40 s x 8 GPUs, for "

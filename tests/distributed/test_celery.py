@@ -134,7 +134,7 @@ def test_a_lost_gpu_worker_is_detected_and_its_retry_restores_the_newest_checkpo
         cluster: CeleryAirflow, tmp_path: Path) -> None:
     from airflow_ett.operators.job import job_paths
     from airflow_ett.trainer.config import load_config
-    from airflow_ett.trainer.loop import load_final_state
+    from airflow_ett.trainer.final_state import load_final_state
 
     af = cluster
     run_id = _trigger(af, "dist_lost_worker")

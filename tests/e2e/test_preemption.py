@@ -232,7 +232,7 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
 def _the_low_job_lost_nothing(url: str, low_run: str, high_run: str, tmp: Path) -> None:
     from airflow_ett.operators.job import job_paths
     from airflow_ett.trainer.config import load_config
-    from airflow_ett.trainer.loop import load_final_state
+    from airflow_ett.trainer.final_state import load_final_state
 
     low, high = job_id_for("pre_low", low_run), job_id_for("pre_high", high_run)
     events = _events(url, low)

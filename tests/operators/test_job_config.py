@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from airflow_ett.operators.job import (
+    MANAGED_FIELDS,
     JobConfigError,
+    TrainerFile,
+    TrainerOptions,
+    TrainerSpec,
     apply_params,
     check_train_args,
     check_trainer_config,
@@ -116,6 +120,28 @@ def test_check_rejects_managed_paths_and_bad_trainer_fields() -> None:
     with pytest.raises(JobConfigError, match="unknown field"):
         check_trainer_config({**TINY, "stpes": 3})
     assert check_trainer_config(TINY).steps == 30
+
+
+def test_the_typed_trainer_config_has_every_field_the_trainer_reads(tmp_path: Path) -> None:
+    """`TrainerSpec` and `TrainerFile` name the trainer config's fields, no more and no
+    fewer: a field the trainer gains is a key the operators' types gain too."""
+    from dataclasses import fields
+
+    from airflow_ett.operators.lifecycle import training_job
+    from airflow_ett.trainer.config import TrainerConfig, load_config
+
+    trainer = {f.name for f in fields(TrainerConfig)} | {"model_config", "model_code_path"}
+    assert set(TrainerSpec.__annotations__) == trainer - set(MANAGED_FIELDS)
+    assert set(TrainerFile.__annotations__) == trainer - {"events_file"}  # never written
+    own = trainer - set(TrainerOptions.__annotations__) - set(MANAGED_FIELDS)
+    with pytest.raises(JobConfigError, match="have their own parameters") as info:
+        training_job("typed", model="dlrm_tiny", steps=3,
+                     trainer_options=dict.fromkeys(sorted(own), 1))  # type: ignore[arg-type]
+    assert str(sorted(own)) in str(info.value)
+    paths = job_paths(tmp_path, "dag", "run")
+    materialize(TINY, {}, paths)  # the file the one writer wrote, by the one reader
+    assert set(json.loads(paths.config_file.read_text())) <= set(TrainerFile.__annotations__)
+    assert load_config(paths.config_file).steps == TINY["steps"]
 
 
 def test_materialize_writes_one_config_every_task_reads(tmp_path: Path) -> None:

@@ -160,13 +160,13 @@ def main() -> int:
     committed_at: list[float] = []
     manager = ckpt.CheckpointManager(out / "ckpt", keep_last=2, async_save=True,
                                      on_commit=lambda r: committed_at.append(time.monotonic()))
-    real_save = ckpt.dcp_save
+    real_save = ckpt.commit.dcp_save
 
     def delayed_save(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.3)  # let the main thread get well into its collectives first
         return real_save(*args, **kwargs)
 
-    ckpt.dcp_save = delayed_save  # type: ignore[assignment]
+    ckpt.commit.dcp_save = delayed_save  # type: ignore[assignment]
     result = manager.save(5, state(), {"step": 5, "rank_extra": rank})
     report["blocking_s"] = result.blocking_s
 
@@ -179,7 +179,7 @@ def main() -> int:
     inflight_seen = _train_with_collectives(train_step, committed_at)
     loop_end = time.monotonic()
     final = manager.wait(timeout=60)
-    ckpt.dcp_save = real_save  # type: ignore[assignment]
+    ckpt.commit.dcp_save = real_save  # type: ignore[assignment]
     assert final is not None and final.total_s is not None and final.bytes
     report.update(
         inflight_at_first_collective=inflight_seen,

@@ -24,8 +24,13 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 import airflow_ett.trainer.checkpoint as ckpt
+import airflow_ett.trainer.checkpoint.commit as ckpt_commit
+import airflow_ett.trainer.checkpoint.manager as ckpt_manager
+import airflow_ett.trainer.checkpoint.reader as ckpt_reader
 from airflow_ett.trainer.checkpoint import (
     COMMIT_MARKER,
     CheckpointError,
@@ -89,13 +94,13 @@ def data_file(step_dir: Path) -> Path:
 def held_write(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """Holds every DCP write until the returned Event is set (the save stays in flight)."""
     release = threading.Event()
-    real = ckpt.dcp_save
+    real = ckpt_commit.dcp_save
 
     def held(*args: Any, **kwargs: Any) -> Any:
         assert release.wait(10), "test never released the write"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ckpt, "dcp_save", held)
+    monkeypatch.setattr(ckpt_commit, "dcp_save", held)
     yield release
     release.set()
 
@@ -231,8 +236,8 @@ def test_staging_buffers_are_reused_without_leaking_into_the_previous_save(
         probe = Job(seed=7)
         probe.train(1)
         state = probe.state()
-        ckpt.dcp_load(state, checkpoint_id=manager.directory / ckpt.step_dir_name(step),
-                      no_dist=True)
+        dcp_load(state, checkpoint_id=manager.directory / ckpt.step_dir_name(step),
+                 no_dist=True)
         assert_bitwise(probe.snapshot(), want)
 
 
@@ -349,7 +354,7 @@ def _forge(path: Path, name: str, data: bytes) -> None:
     who can write the directory can do: a CRC is not authentication)."""
     (path / name).write_bytes(data)
     marker = json.loads((path / COMMIT_MARKER).read_text())
-    marker["files"][name] = {"size": len(data), "crc32": ckpt._crc32(path / name)[1]}
+    marker["files"][name] = {"size": len(data), "crc32": ckpt_commit._crc32(path / name)[1]}
     (path / COMMIT_MARKER).write_text(json.dumps(marker))
 
 
@@ -436,7 +441,7 @@ def test_metadata_written_by_python_3112_is_read(
     assert manager.restore(job.state()) is not None
     want = job.snapshot()  # step 2, restored from the metadata as this Python wrote it
     with open(newest / ".metadata", "rb") as fh:
-        metadata = ckpt.read_checkpoint_metadata(fh)
+        metadata = ckpt_reader.read_checkpoint_metadata(fh)
     as_3112 = _pickle_enums_like_python_3112(metadata)
     assert "getattr" in {str(arg) for _, arg, _ in pickletools.genops(as_3112)}
     _forge(newest, ".metadata", as_3112)
@@ -445,13 +450,13 @@ def test_metadata_written_by_python_3112_is_read(
     assert restored is not None and restored.step == 2 and restored.skipped == []
     assert_bitwise(job.snapshot(), want)
 
-    for target, name in ((ckpt.Metadata, "__init__"), (object, "__subclasses__")):
-        with pytest.raises(ckpt.UnsafeCheckpointError, match="only members of DCP"):
-            ckpt._enum_member(target, name)
+    for target, name in ((Metadata, "__init__"), (object, "__subclasses__")):
+        with pytest.raises(ckpt_reader.UnsafeCheckpointError, match="only members of DCP"):
+            ckpt_reader._enum_member(target, name)
     from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
 
-    with pytest.raises(ckpt.UnsafeCheckpointError):
-        ckpt._enum_member(_MEM_FORMAT_ENCODING, "__class__")
+    with pytest.raises(ckpt_reader.UnsafeCheckpointError):
+        ckpt_reader._enum_member(_MEM_FORMAT_ENCODING, "__class__")
 
 
 def test_a_crafted_metadata_pickle_runs_no_code_and_falls_back(
@@ -505,7 +510,7 @@ def test_a_crafted_non_tensor_leaf_runs_no_code(
     manager, job, older = _two_checkpoints(manager_factory)
     newest = manager.directory / "step-0000000002"
     with open(newest / ".metadata", "rb") as fh:
-        metadata = ckpt.read_checkpoint_metadata(fh)
+        metadata = ckpt_reader.read_checkpoint_metadata(fh)
     fqn = next(k for k, v in metadata.state_dict_metadata.items()
                if isinstance(v, BytesStorageMetadata) and k.endswith(".lr"))
     info = next(v for k, v in metadata.storage_data.items() if k.fqn == fqn)
@@ -639,7 +644,7 @@ def test_a_failed_save_deletes_nothing_and_is_reported(
     def disk_full(*args: Any, **kwargs: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "dcp_save", disk_full)
+    monkeypatch.setattr(ckpt_commit, "dcp_save", disk_full)
     manager.save(2, job.state(), {})
     with pytest.raises(CheckpointError, match="No space left"):
         manager.wait(timeout=10)
@@ -655,7 +660,7 @@ def test_a_failed_save_is_raised_by_the_next_save(
     manager_factory: Callable[..., CheckpointManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager = manager_factory()
-    monkeypatch.setattr(ckpt, "dcp_save", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(ckpt_commit, "dcp_save", lambda *a, **k: 1 / 0)
     manager.save(1, Job().state(), {})
     with pytest.raises(CheckpointError, match="division by zero"):
         manager.save(2, Job().state(), {})
@@ -785,7 +790,7 @@ def test_no_dist_warning_is_silenced(
     manager = manager_factory(async_save=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
-        ckpt._quiet_no_dist_warning()
+        ckpt_manager._quiet_no_dist_warning()
         manager.save(1, Job().state(), {})
         manager.restore(Job().state())
     assert not [w for w in caught if "uninitialized" in str(w.message)]

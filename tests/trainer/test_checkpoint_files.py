@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_ett.trainer import checkpoint as ckpt
 from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointManager, RestoreResult
-from airflow_ett.trainer.checkpoint_files import pickle_work
+from airflow_ett.trainer.checkpoint import reader as ckpt_reader
+from airflow_ett.trainer.checkpoint.files import pickle_work
 from tests.hostile import in_thread
 from tests.trainer.test_checkpoint import _forge, _two_checkpoints, assert_bitwise
 
@@ -127,7 +127,7 @@ def test_metadata_pointing_dcp_outside_the_listed_files_is_refused(
     def spoil_with(relative_path: str | None, length: int | None) -> Callable[[Path], None]:
         def spoil(newest: Path) -> None:
             with open(newest / ".metadata", "rb") as fh:
-                metadata = ckpt.read_checkpoint_metadata(fh)
+                metadata = ckpt_reader.read_checkpoint_metadata(fh)
             index, info = next(iter(metadata.storage_data.items()))
             if relative_path is not None:
                 info.relative_path = relative_path

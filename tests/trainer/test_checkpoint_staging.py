@@ -20,6 +20,7 @@ import torch
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 import airflow_ett.trainer.checkpoint as ckpt
+import airflow_ett.trainer.checkpoint.staging as ckpt_staging
 from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointError, CheckpointManager
 from tests.trainer.test_checkpoint import Job, assert_bitwise
 
@@ -33,14 +34,14 @@ def held_copy(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event
     """Holds every staging copy until the Event is set; lists the threads that copied."""
     release = threading.Event()
     threads: list[str] = []
-    real = ckpt._Stager.copy
+    real = ckpt_staging._Stager.copy
 
     def held(copies: list[Any], breakdown: ckpt.StagingBreakdown) -> None:
         threads.append(threading.current_thread().name)
         assert release.wait(10), "test never released the copy"
         real(copies, breakdown)
 
-    monkeypatch.setattr(ckpt._Stager, "copy", staticmethod(held))
+    monkeypatch.setattr(ckpt_staging._Stager, "copy", staticmethod(held))
     yield release, threads
     release.set()
 

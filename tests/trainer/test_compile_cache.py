@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import torch
 
+import airflow_ett.trainer.cache_archive as cache_archive
 import airflow_ett.trainer.compile_cache as cc
 from airflow_ett.trainer.compile_cache import (
     MANIFEST_NAME,
@@ -45,6 +46,10 @@ from airflow_ett.trainer.compile_cache import (
     format_counters,
     key_inputs,
 )
+from airflow_ett.trainer.compile_cache import entry as cc_entry
+from airflow_ett.trainer.compile_cache import key as cc_key
+from airflow_ett.trainer.compile_cache import store as cc_store
+from airflow_ett.trainer.compile_cache.inductor_dir import walk_local
 from tests.hostile import deep_json, dev_zero, fifo, huge
 from tests.trainer.test_cache_archive import header_bomb
 
@@ -133,7 +138,7 @@ def test_cache_key_changes_with_what_invalidates_compiled_code(
         other = "AVX2" if current != "AVX2" else "AVX512"
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
     elif change == "cache format":
-        monkeypatch.setattr(cc, "CACHE_FORMAT", cc.CACHE_FORMAT + 1)
+        monkeypatch.setattr(cc_key, "CACHE_FORMAT", cc.CACHE_FORMAT + 1)
     assert cache_key(config, kind, extra) != base
 
 
@@ -227,6 +232,25 @@ def test_a_precompiled_forward_pickles_as_the_eager_forward(tmp_path: Path) -> N
     assert not isinstance(clone.forward, cc.PrecompiledForward)
     x = torch.ones(1, 2)
     assert torch.equal(clone(x), torch.nn.functional.linear(x, clone.weight, clone.bias))
+
+
+def test_a_precompiled_forward_pickles_under_the_name_saved_entries_carry(
+    tmp_path: Path,
+) -> None:
+    """Saved precompiled forwards name the eager forward by the package's path (as before
+    the module became a package), so an entry loads whichever side of the split saved it."""
+    import pickle
+
+    cache = CompileCache(tmp_path / "root", local_dir=tmp_path / "local")
+    cache.activate("k1")
+    module = torch.nn.Linear(2, 2)
+    cache.precompile(module, "lin")
+    eager, _ = module.forward.__reduce__()
+    assert (eager.__module__, eager.__qualname__) == (
+        "airflow_ett.trainer.compile_cache", "_eager_forward")
+    restored = pickle.loads(pickle.dumps(module.forward))  # the name resolves both ways
+    x = torch.ones(1, 2)
+    assert torch.equal(restored(x), module.forward._fn(module, x))
 
 
 def _write_precompiled(entry: Path, blob: bytes, forwards: dict[str, Any]) -> None:
@@ -337,9 +361,9 @@ def _restore_inductor_settings() -> Iterator[None]:
     value, default = inductor_config.cpp_cache_precompile_headers, entry.default
     isa_entry = inductor_config._config["cpp.vec_isa_ok"]  # type: ignore[attr-defined]
     isa_value, isa_default = inductor_config.cpp.vec_isa_ok, isa_entry.default
-    active = cc._ACTIVE  # what compile_dense compiles through, in this process
+    active = cc_store._ACTIVE  # what compile_dense compiles through, in this process
     yield
-    cc._ACTIVE = active
+    cc_store._ACTIVE = active
     for name, saved in saved_env.items():
         if saved is None:
             os.environ.pop(name, None)
@@ -398,7 +422,7 @@ def _read_files(root: Path) -> dict[str, bytes]:
 def _archivable(local: Path) -> dict[str, bytes]:
     """What a save of `local` archives: FILES, plus whatever inductor's vector-ISA probe
     built there when this is the process's first `activate` (a test run alone)."""
-    return {name: path.read_bytes() for path, name in cc._walk_local(local)}
+    return {name: path.read_bytes() for path, name in walk_local(local)}
 
 
 def _make_entry(
@@ -561,7 +585,7 @@ def test_restore_works_on_a_python_without_tarfile_filters(
         real(self, path, members, numeric_owner=numeric_owner)
 
     monkeypatch.setattr(tarfile.TarFile, "extractall", extractall_3112)
-    monkeypatch.setattr(cc, "_HAS_DATA_FILTER", False)
+    monkeypatch.setattr(cache_archive, "_HAS_DATA_FILTER", False)
     root, _ = _make_entry(tmp_path)
     load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
     assert (load.hit, load.artifacts_loaded, load.inductor_dir_restored) == (True, True, True)
@@ -835,7 +859,7 @@ def test_unreferenced_payloads_are_removed_after_the_grace_period(
     first = {p.name for p in entry.iterdir()}
     _make_entry(tmp_path, files={"a": b"2"}, name="saver2")  # within grace: kept
     assert first < {p.name for p in entry.iterdir()}
-    monkeypatch.setattr(cc, "_ORPHAN_GRACE_S", -1.0)
+    monkeypatch.setattr(cc_entry, "_ORPHAN_GRACE_S", -1.0)
     _make_entry(tmp_path, files={"a": b"3"}, name="saver3")
     manifest = _manifest(entry)
     assert {p.name for p in entry.iterdir()} == {
@@ -850,7 +874,7 @@ def test_reader_rereads_the_manifest_when_a_save_replaced_the_entry(
 ) -> None:
     root, entry = _make_entry(tmp_path, files={"a": b"old"})
     stale = _manifest(entry)
-    monkeypatch.setattr(cc, "_ORPHAN_GRACE_S", -1.0)
+    monkeypatch.setattr(cc_entry, "_ORPHAN_GRACE_S", -1.0)
     _make_entry(tmp_path, files={"a": b"new"}, name="saver2")  # removes the old payloads
 
     real_read = CompileCache._read_manifest

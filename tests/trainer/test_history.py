@@ -1,5 +1,6 @@
-"""The failure history the `auto` checkpoint interval starts from (`loop._history`), read
-through the typed `JobSummary` from a job's events file."""
+"""The failure history the `auto` checkpoint interval starts from
+(`checkpoint_timing._history`), read through the typed `JobSummary` from a job's events
+file."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 from airflow_ett.ett.attribution import attribute_job
 from airflow_ett.ett.events import event_to_json
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
+from airflow_ett.trainer.checkpoint_timing import _history
 from airflow_ett.trainer.config import TrainerConfig, config_from_mapping
-from airflow_ett.trainer.loop import _history
 
 SPEC = JobSpec(job="hist", steps=20, checkpoint_every=4, checkpoint_blocking_s=2.0,
                failures=(InjectedFailure(at_step=9, cause="infra"),))

@@ -126,7 +126,7 @@ def test_from_config_reads_each_form_of_checkpoint_interval() -> None:
 
 def test_step_logger_logs_every_interval_and_the_last_step(
         caplog: pytest.LogCaptureFixture) -> None:
-    from airflow_ett.trainer.loop import StepLogger
+    from airflow_ett.trainer.progress import StepLogger
 
     steps = StepLogger(total_steps=10, samples_per_step=64, every_s=5.0, since=0.0)
     with caplog.at_level(logging.INFO, logger="airflow_ett.trainer"):

@@ -21,7 +21,7 @@ from airflow_ett.ett.events import read_events
 from airflow_ett.examples.make_data import NUM_EMBEDDINGS, make
 from airflow_ett.protocol.exits import EXIT_BAD_CONFIG, EXIT_OK
 from airflow_ett.trainer.config import load_config
-from airflow_ett.trainer.loop import load_final_state
+from airflow_ett.trainer.final_state import load_final_state
 from tests.trainer.test_trainer_e2e import launch_two, run_attempt, run_job, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

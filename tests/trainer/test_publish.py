@@ -29,7 +29,9 @@ from airflow_ett.emit import Emitter
 from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointManager, read_marker
 from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
 from airflow_ett.trainer.data import ClickLogSpec, make_batch
-from airflow_ett.trainer.loop import DistEnv, Identity, Trainer, load_final_state
+from airflow_ett.trainer.final_state import load_final_state
+from airflow_ett.trainer.identity import DistEnv, Identity
+from airflow_ett.trainer.loop import Trainer
 from airflow_ett.trainer.model import build_for
 from airflow_ett.trainer.model_config import BUNDLED
 from airflow_ett.trainer.publish import (
@@ -59,7 +61,7 @@ JOB = {
 
 
 def train(directory: Path) -> TrainerConfig:
-    """A real training run, in this process, the way `loop.run` drives one attempt."""
+    """A real training run, in this process, the way `run.run` drives one attempt."""
     cfg = config_from_mapping({**JOB, "checkpoint_dir": str(directory / "ckpt")})
     emitter = Emitter("publish-test", "1", disabled=True)
     trainer = Trainer(cfg, Identity("publish-test", "1", 1),

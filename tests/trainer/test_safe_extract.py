@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-import airflow_ett.trainer.compile_cache as cc
-from airflow_ett.trainer.cache_archive import UnsafeArchiveError
-from airflow_ett.trainer.compile_cache import safe_extract
+import airflow_ett.trainer.cache_archive as cc
+from airflow_ett.trainer.cache_archive import UnsafeArchiveError, safe_extract
 
 PATHS = ["filter"] if cc._HAS_DATA_FILTER else []
 PATHS.append("3.11.2 fallback")

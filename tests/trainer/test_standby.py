@@ -25,8 +25,8 @@ from airflow_ett.ett.attribution import attribute_job
 from airflow_ett.ett.events import AttemptStarted, PhaseEnded, PhaseStarted, read_events
 from airflow_ett.protocol.exits import EXIT_APPLICATION, EXIT_OK
 from airflow_ett.trainer.config import load_config
+from airflow_ett.trainer.final_state import load_final_state
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
-from airflow_ett.trainer.loop import load_final_state
 from airflow_ett.trainer.standby import (
     Go,
     GoListener,

@@ -27,8 +27,8 @@ from airflow_ett.protocol.exits import (
     EXIT_OK,
 )
 from airflow_ett.trainer.config import load_config
+from airflow_ett.trainer.final_state import load_final_state
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
-from airflow_ett.trainer.loop import load_final_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -188,7 +188,7 @@ def test_a_prewarmed_cache_is_hit_by_the_next_job(tmp_path: Path) -> None:
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
     assert "compile cache hit" in done.stderr
     # every compiled forward came from the entry, compiled ahead of time: nothing traced,
-    # nothing compiled here (compile_cache.py's precompiled forwards)
+    # nothing compiled here (compile_cache/precompiled.py)
     counters = re.search(r"graphs (\d+), .* precompiled loaded (\d+), compiled (\d+)",
                          done.stderr)
     assert counters is not None, done.stderr[-2000:]

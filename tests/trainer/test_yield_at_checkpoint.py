@@ -29,7 +29,7 @@ from airflow_ett.protocol.request import (
 )
 from airflow_ett.trainer.checkpoint import read_marker
 from airflow_ett.trainer.config import load_config
-from airflow_ett.trainer.loop import load_final_state
+from airflow_ett.trainer.final_state import load_final_state
 from tests.hostile import deep_json, fifo, not_utf8
 from tests.trainer.test_trainer_e2e import write_config
 

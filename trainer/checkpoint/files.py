@@ -2,7 +2,7 @@
 
 A checkpoint directory is written by the trainer, but whoever else can write it (the
 shared `work_dir`: docs/security.md) must not be able to hang or exhaust a restore. Restore
-reads three kinds of file, and each is bounded here before `checkpoint.py` uses it:
+reads three kinds of file, and each is bounded here before the package uses it:
 
 - the commit marker (`COMMITTED.json`): a regular file of at most `MAX_MARKER_BYTES`,
   JSON nested at most `_MARKER_DEPTH` deep;

@@ -1,0 +1,112 @@
+"""When the training loop takes a checkpoint: every moment and its rule, in one place.
+
+An attempt saves at four moments and no other:
+
+- periodic: after a step, when `SaveTiming.due` says so: the interval rule
+  (`checkpoint_interval.IntervalPolicy`: steps, seconds or "auto"), one answer on every
+  rank, never at the last step (the final save is that one). `Trainer._maybe_checkpoint`
+  saves and tells the rule (`saved`).
+- leaving at a checkpoint: a periodic save is where an `at_checkpoint` request is
+  claimed; the attempt leaves once that save has committed, saving again only if it
+  failed (`leaving.Leaving.at_checkpoint`).
+- on SIGTERM, after the step: an exit save, unless the current step is committed already
+  or the pending request says `skip_save` (`leaving.Leaving.on_sigterm`).
+- final: `Trainer.finish`, unless the last step is committed already (`final_due`).
+
+Every progress span says when the next save is expected (`next_save_ts`), so that the
+preemption controller knows when a victim could leave at a checkpoint. "auto" starts from
+the job's failure history (`_history`: its events file or the ETT store).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
+from airflow_ett.trainer.config import TrainerConfig
+from airflow_ett.trainer.identity import DistEnv
+
+log = logging.getLogger("airflow_ett.trainer")
+
+
+@dataclass(slots=True)
+class SaveTiming:
+    """The interval rule as the loop asks it: `start` once training starts, `due` after
+    each step, `saved` after each periodic save; `last_step` is the job's last."""
+
+    interval: IntervalPolicy
+    env: DistEnv
+    last_step: int
+
+    @classmethod
+    def from_config(cls, cfg: TrainerConfig, job_id: str, env: DistEnv) -> SaveTiming:
+        return cls(IntervalPolicy.from_config(cfg, lambda: _history(cfg, job_id)), env,
+                   cfg.steps)
+
+    def start(self, step: int) -> None:
+        """Training starts (again) at `step`."""
+        self.interval.start(step)
+
+    def due(self, step: int, now: float) -> bool:
+        """Whether the periodic save is due after `step` (never at the last step: the
+        final save is that one), the same answer on every rank. A step interval gives it
+        by itself: every rank counts the same steps. A time interval ("30s", "auto") does
+        not: each rank reads its own clock against the end of its own last save (and
+        under "auto" chooses the interval from its own blocking time), so near the
+        boundary one rank would begin a save while another stepped on, and their
+        collectives would pair wrongly or hang. With more than one rank, rank 0's answer
+        goes to all: one scalar per step over the default group (never used by a
+        background commit), after a step that has already waited for its loss."""
+        if step >= self.last_step:
+            return False
+        interval = self.interval
+        due = interval.due(step, now)
+        if (self.env.world_size == 1 or not dist.is_initialized() or interval.steps is not None
+                or interval.seconds is None):
+            return due
+        flag = torch.tensor([1 if due else 0], dtype=torch.int32, device=self.env.device)
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
+    def saved(self, step: int, now: float, blocking_s: float) -> None:
+        """A periodic save at `step` returned at `now` after blocking `blocking_s`."""
+        self.interval.saved(step, now, blocking_s)
+
+    def next_save_ts(self, step: int, now: float, step_s: float | None) -> float | None:
+        """When the next save is expected to begin (`progress.Schedule`)."""
+        return self.interval.next_save_ts(step, now, step_s, self.last_step)
+
+    @staticmethod
+    def final_due(step: int, latest_committed: int | None) -> bool:
+        """Whether the final save is needed: not when `step` is committed already."""
+        return latest_committed != step
+
+
+def _history(cfg: TrainerConfig, job_id: str) -> tuple[float, int, float | None]:
+    """(effective training seconds, failures, mean blocking per save) of this job so far,
+    from its events file or the ETT store; zeros when neither can be read."""
+    from airflow_ett.ett.attribution import attribute_job
+    from airflow_ett.ett.summary import JobSummary
+
+    try:
+        summary: JobSummary
+        if cfg.events_file is not None:
+            from airflow_ett.ett.events import read_events
+
+            events = [e for e in read_events(str(cfg.events_file)).events if e.job == job_id]
+            if not events:
+                return 0.0, 0, None
+            summary = attribute_job(events).summary()
+        else:
+            from airflow_ett.store import EttStore
+
+            with EttStore() as store:  # the [ett] store_url
+                summary = store.job_summary(job_id)
+    except Exception as exc:
+        log.info("no failure history for %s (%s): assuming none", job_id, exc)
+        return 0.0, 0, None
+    return summary.effective_s, summary.failure_count, summary.blocking_per_save_s

@@ -1,0 +1,173 @@
+"""What `CompileCache.activate` sets in torch's compiler before the first compile, and why.
+
+* `TORCHINDUCTOR_CACHE_DIR` and `TRITON_CACHE_DIR` for the key, with inductor's memoised
+  lookups of them cleared (`point_inductor_at`): inductor reads the first on every use,
+  not at `import torch`, so setting it late works if it is before the first compile; the
+  second sticks once the first kernel launch has set it.
+* Precompiled C++ headers off unless asked for: inductor keeps them outside its cache
+  dir, so a warm process on a fresh host would rebuild them. The switch is part of the
+  FX graph cache key, so the entry's manifest records it.
+* The CPU vector-ISA probe's answer from the entry instead of probing again, when the CPU
+  and compiler are the saver's (`settle_vec_isa`).
+* Each option process-wide, not only for the calling thread (`set_process_wide`):
+  inductor config assignments are per thread, and the trainer may compile on another.
+* The caches' own switches stay as the user set them; one that matters being off is
+  reported as a problem.
+
+The torch internals this relies on (torch 2.13, read in its source) are in
+docs/decisions/0004-trainer-choices.md; the figures in bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: torch's compiler modules every compile of ours imports, cold or warm, jit or
+#: precompiled: dynamo and inductor (the `torch._inductor` package imports dynamo), the
+#: C++ builder (vector-ISA check, kernel loading), AOTAutograd's runtime, and what
+#: inductor's generated wrapper modules import in their header (`select_algorithm`,
+#: `codegen.memory_planning`). These imports are most of a warm precompiled start
+#: (bench/RESULTS.md, "Compile cache: precompiled forwards").
+COMPILER_MODULES = (
+    "torch._inductor.config",
+    "torch._functorch.config",
+    "torch._inductor.cpp_builder",
+    "torch._inductor.codecache",
+    "torch._functorch.aot_autograd",
+    "torch._dynamo.aot_compile",
+    "torch._inductor.select_algorithm",
+    "torch._inductor.codegen.memory_planning",
+)
+
+
+def import_compiler_modules() -> None:
+    """Import `COMPILER_MODULES` (a no-op once imported). `activate` does it first, so
+    its breakdown shows the import apart from the work; a caller with an I/O wait to
+    spare (a process-group init, a storage connection) can call it on a thread before
+    `activate` to overlap the import with that wait."""
+    import importlib
+
+    for name in COMPILER_MODULES:
+        importlib.import_module(name)
+
+
+
+def set_process_wide(config_module: Any, name: str, value: Any) -> None:
+    """Set a torch config option for every thread, not just the caller's.
+
+    In torch 2.13 `torch._inductor.config.x = v` is a `ContextVar` override: a thread
+    started later (or any other thread) still sees the default (checked: main False,
+    new thread True). The trainer may compile on another thread than the one that
+    called `activate` (parallel init), and a compile that ran with other settings
+    than the saver's misses the FX graph cache. So the option's default is changed too
+    (private `_config[name].default`; skipped with a warning if torch moves it).
+    """
+    setattr(config_module, name, value)
+    entry = getattr(config_module, "_config", {}).get(name)
+    if entry is not None and hasattr(entry, "default"):
+        entry.default = value
+    else:
+        log.warning(
+            "compile cache: cannot set %s.%s for other threads; call activate() on the "
+            "thread that compiles",
+            config_module.__name__,
+            name,
+        )
+
+
+def compiler_id() -> str:
+    """The C++ compiler inductor will use, with its version line."""
+    import subprocess
+
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    compiler = get_cpp_compiler()
+    done = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                          timeout=30, check=False)
+    first = done.stdout.splitlines()[0] if done.stdout else f"exit {done.returncode}"
+    return f"{compiler}: {first}"
+
+
+def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
+    """Set inductor's (and Triton's) cache dirs; return cache switches found off."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(local)
+    os.environ["TRITON_CACHE_DIR"] = str(local / "triton")
+    if "torch._inductor.utils" in sys.modules:
+        from torch._inductor.utils import clear_caches
+
+        clear_caches()
+
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    if not precompiled_headers:
+        set_process_wide(inductor_config, "cpp_cache_precompile_headers", False)
+    switches = (
+        ("torch._inductor.config.fx_graph_cache is off", not inductor_config.fx_graph_cache),
+        (
+            "torch._functorch.config.enable_autograd_cache is off",
+            not functorch_config.enable_autograd_cache,
+        ),
+        (
+            "torch._inductor.config.force_disable_caches is on",
+            bool(inductor_config.force_disable_caches),
+        ),
+    )
+    off = [label for label, is_off in switches if is_off]
+    if off:
+        problem = f"compile caching is switched off ({', '.join(off)}): entries cannot help"
+        log.warning("compile cache: %s", problem)
+        return [problem]
+    return []
+
+
+def settle_vec_isa(recorded: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Skip inductor's CPU vector-ISA probe when the entry already answers it; return what
+    a save records (None when nothing was checked).
+
+    The probe builds and `dlopen`s a test library per candidate ISA in subprocesses
+    (seconds per process: bench/RESULTS.md, "compile_cache.py: the figures behind its
+    design"). Its answer
+    depends on the CPU (in the cache key) and the C++ compiler (recorded in the
+    entry). A saver that probed and found every ISA this CPU has buildable records
+    that; a loader with the same candidate ISAs and compiler then sets inductor's own
+    switch `cpp.vec_isa_ok = True` instead of probing. Otherwise it probes as inductor
+    would and sets the switch only if the answer is the same. Saver and loader thus
+    end with the same setting, which matters: the switch is part of the FX graph
+    cache key. A user's explicit `TORCHINDUCTOR_VEC_ISA_OK` is left alone.
+    """
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._inductor import cpu_vec_isa
+
+        if inductor_config.cpp.vec_isa_ok is not None:
+            return None
+        flags = cpu_vec_isa.x86_isa_checker()
+        candidates = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
+                      if all(flag in flags for flag in str(isa).split())]
+        if not candidates:
+            return None
+        compiler = compiler_id()
+        trusted = bool(
+            recorded and recorded.get("ok") is True
+            and recorded.get("isas") == candidates and recorded.get("compiler") == compiler
+        )
+        if not trusted:  # probe now, as inductor would at its first CPU kernel
+            trusted = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] == candidates
+        if trusted:
+            set_process_wide(inductor_config, "cpp.vec_isa_ok", True)
+            os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"  # compile worker processes
+        return {"ok": trusted, "isas": candidates, "compiler": compiler}
+    except Exception as exc:  # never fail a compile over an optimisation of it
+        log.warning("compile cache: vector-ISA check skipped: %r", exc)
+        return None

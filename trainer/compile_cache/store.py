@@ -1,0 +1,497 @@
+"""`CompileCache`: restore an entry before the first compile, save one after a training
+step, and install precompiled forwards in between.
+
+`activate` points inductor at the key's local dir (`inductor.py`), then restores the
+entry's parts, each alone: the archive of the inductor dir first (its built kernels),
+then the precompiled forwards (read now, unpickled one by one when `precompile` installs
+them), then torch's portable artifacts unless the precompiled forwards make them
+unnecessary (deferred until a just-in-time compile needs them). A bad entry, or a bad
+part, is ignored with a warning and the reason is returned in `CacheLoad`, never raised.
+`save` writes the parts and the manifest (`entry.py`). The cache last activated in the
+process is `active_cache()`, what `compile_dense` compiles through. Warnings for every
+ignored entry or part, info for hits and saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import platform
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from airflow_ett.trainer.cache_archive import UnsafeArchiveError, open_archive, safe_extract
+from airflow_ett.trainer.compile_cache.entry import (
+    ARCHIVE_PREFIX,
+    ARTIFACTS_PREFIX,
+    EntryError,
+    NoEntry,
+    PayloadGone,
+    check_key,
+    payload,
+    payload_bytes,
+    read_manifest,
+    read_precompiled,
+    write_manifest,
+    write_payload,
+    write_precompiled,
+)
+from airflow_ett.trainer.compile_cache.inductor import (
+    import_compiler_modules,
+    point_inductor_at,
+    settle_vec_isa,
+)
+from airflow_ett.trainer.compile_cache.inductor_dir import (
+    default_local_base,
+    merge_into,
+    not_private,
+    pack,
+)
+from airflow_ett.trainer.compile_cache.key import CACHE_FORMAT
+from airflow_ett.trainer.compile_cache.precompiled import PrecompiledForward
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CacheLoad:
+    """What `activate` found and restored; reported as part of the compilation phase.
+
+    `hit` is True when an entry existed and at least one part of it (artifacts or
+    inductor dir) was restored; `reason` then names a part that was dropped, if any. On a
+    miss, `reason` says why (no entry, stale, corrupt, version mismatch).
+    """
+
+    key: str
+    hit: bool
+    artifacts_loaded: bool
+    inductor_dir_restored: bool
+    seconds: float
+    reason: str | None
+    #: Names of the precompiled forwards the entry holds (read and checksummed; each is
+    #: unpickled only when `precompile` asks for it).
+    precompiled: tuple[str, ...] = ()
+    #: The artifacts were left unloaded because the entry's precompiled forwards do not
+    #: use them; a just-in-time compile in this process loads them first.
+    artifacts_deferred: bool = False
+    #: Seconds per step of the restore (`_BREAKDOWN_STEPS`), for the benchmark's table.
+    breakdown: dict[str, float] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class _Restored:
+    """What `_restore` did with one manifest."""
+
+    artifacts_loaded: bool = False
+    dir_restored: bool = False
+    deferred: bool = False
+    gone: bool = False  # a payload had vanished (re-read the manifest)
+    problems: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _timed(breakdown: dict[str, float], step: str) -> Iterator[None]:
+    """Add the block's wall seconds to `breakdown[step]`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        breakdown[step] = breakdown.get(step, 0.0) + time.perf_counter() - start
+
+
+class CompileCache:
+    """Compile cache entries under a shared `root`, restored into a local inductor dir.
+
+    `root` is any directory path shared by the hosts that should share compiles (NFS, a
+    synced bucket mount); it is created on the first save. `local_dir` is where inductor
+    works in this process. The default, `$TMPDIR/airflow-ett-inductor-<uid>/<key>`, is per key
+    and survives the process, so a restart on the same host finds it warm even before
+    restoring; ranks of one job on a host share it (inductor locks its own writes, and the
+    restore merges file by file). An explicit `local_dir` is used for every key.
+
+    `restore_inductor_dir=False` loads only the portable artifacts (what the benchmark
+    calls "artifacts only"; enough on GPUs whose kernels the artifacts carry).
+    `cpu_precompiled_headers=True` leaves inductor's C++ header precompiling on; see
+    `inductor.py` for why it is off by default. `defer_artifacts=False` loads the
+    artifacts in `activate` even when the entry's precompiled forwards make them
+    unnecessary: for a caller that compiles with `torch.compile` itself, not through
+    `precompile`.
+
+    Typical use, rank 0 saving::
+
+        cache = CompileCache(shared_root)
+        key = cache_key(model_config, device_kind())
+        load = cache.activate(key)       # before the first torch.compile
+        model = torch.compile(model); train_step(...)   # forward+backward compiled
+        if not load.hit and rank == 0:
+            cache.save(key)
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        local_dir: str | Path | None = None,
+        restore_inductor_dir: bool = True,
+        cpu_precompiled_headers: bool = False,
+        defer_artifacts: bool = True,
+    ) -> None:
+        self.root = Path(root)
+        self.defer_artifacts = defer_artifacts
+        self._local_dir = Path(local_dir) if local_dir is not None else None
+        self.restore_inductor_dir = restore_inductor_dir
+        self.cpu_precompiled_headers = cpu_precompiled_headers
+        self._active: tuple[str, Path] | None = None
+        self._vec_isa: dict[str, Any] | None = None
+        #: The entry's precompiled forwards (name -> serialized), until `precompile` takes one.
+        self._precompiled: dict[str, bytes] = {}
+        self._deferred_artifacts: tuple[Path, dict[str, Any]] | None = None
+        #: Forwards the saver could not compile ahead of time: compiled just in time here.
+        self._jit_only: frozenset[str] = frozenset()
+        #: Forwards `precompile` installed since `activate`: what `save` stores.
+        self._forwards: dict[str, PrecompiledForward] = {}
+
+    # -- paths -------------------------------------------------------------------------
+
+    def local_dir_for(self, key: str) -> Path:
+        """The inductor cache dir `activate(key)` points inductor at."""
+        if self._local_dir is not None:
+            return self._local_dir.absolute()
+        return default_local_base() / key
+
+    def entry_dir(self, key: str) -> Path:
+        """Where the entry for `key` lives under the shared root."""
+        check_key(key)
+        return self.root / key
+
+    # -- public API --------------------------------------------------------------------
+
+    def has(self, key: str) -> bool:
+        """Whether a complete entry for `key` exists (a readable manifest naming `key`).
+
+        Checksums are not verified here (that is `activate`'s job); this is the cheap
+        check a prewarm step uses to skip work.
+        """
+        try:
+            self._read_manifest(key)
+        except EntryError:
+            return False
+        return True
+
+    def activate(self, key: str) -> CacheLoad:
+        """Point inductor at this key's local dir and restore the entry for `key` into it.
+
+        Call before the first `torch.compile` of the process (torch may already be
+        imported). Never raises for a bad entry: a corrupt, truncated, stale or foreign
+        entry, or one part of it, is ignored with a warning and the reason is returned.
+        """
+        global _ACTIVE
+        start = time.perf_counter()
+        breakdown: dict[str, float] = {}
+        local = self.local_dir_for(key)
+        unsafe = None if self._local_dir is not None else not_private(local.parent)
+        if unsafe is not None:  # another user could plant kernels there: never use it
+            local = Path(tempfile.mkdtemp(prefix=f"airflow-ett-inductor-{key}-"))
+            unsafe = f"{unsafe}; compiling in the fresh private dir {local} instead"
+            log.warning("compile cache: %s", unsafe)
+        local.mkdir(parents=True, exist_ok=True)
+        with _timed(breakdown, "import_compiler"):  # what any compile imports, cold or warm
+            import_compiler_modules()
+        switch_problems = point_inductor_at(local, precompiled_headers=self.cpu_precompiled_headers)
+        if unsafe is not None:
+            switch_problems.insert(0, unsafe)
+        self._active = (key, local)
+        self._precompiled, self._deferred_artifacts, self._forwards = {}, None, {}
+        self._jit_only = frozenset()
+        _ACTIVE = self
+
+        entry = self.entry_dir(key)
+        for attempt in (1, 2):
+            try:
+                with _timed(breakdown, "manifest"):
+                    manifest = self._read_manifest(key)
+            except EntryError as exc:
+                miss = "; ".join([str(exc), *switch_problems])
+                if isinstance(exc, NoEntry):
+                    log.info("compile cache miss for %s: %s", key, miss)
+                else:
+                    log.warning("compile cache entry for %s ignored: %s", key, miss)
+                with _timed(breakdown, "vec_isa"):
+                    self._settle_vec_isa(None)
+                return CacheLoad(key, False, False, False, time.perf_counter() - start, miss,
+                                 breakdown=breakdown)
+            restored = self._restore(entry, manifest, local, breakdown)
+            if not restored.gone or attempt == 2:
+                break
+            # A concurrent save replaced the entry and removed the payloads our manifest
+            # named: the new manifest names complete ones.
+            log.info("compile cache entry %s changed while reading; reading it again", entry)
+
+        artifacts_loaded, dir_restored = restored.artifacts_loaded, restored.dir_restored
+        hit = artifacts_loaded or dir_restored or bool(self._precompiled)
+        with _timed(breakdown, "vec_isa"):
+            self._settle_vec_isa(manifest.get("vec_isa") if hit else None)
+        problems = [*restored.problems, *switch_problems]
+        seconds = time.perf_counter() - start
+        if problems:
+            log.warning(
+                "compile cache entry %s %s: %s",
+                entry,
+                "partly used" if hit else "ignored",
+                "; ".join(problems),
+            )
+        log.info(
+            "compile cache %s for %s in %.2fs (artifacts %s, inductor dir %s, %d precompiled "
+            "forwards)",
+            "hit" if hit else "miss",
+            key,
+            seconds,
+            "deferred" if restored.deferred else "loaded" if artifacts_loaded else "not loaded",
+            "restored" if dir_restored else "not restored",
+            len(self._precompiled),
+        )
+        return CacheLoad(
+            key, hit, artifacts_loaded, dir_restored, seconds, "; ".join(problems) or None,
+            precompiled=tuple(sorted(self._precompiled)), artifacts_deferred=restored.deferred,
+            breakdown=breakdown,
+        )
+
+    def precompile(self, module: Any, name: str, *, dynamic: bool = False) -> bool:
+        """Compile `module`'s forward ahead of time, or load it from the active entry.
+
+        Installs a `PrecompiledForward` as the module's `forward` (an instance attribute:
+        state-dict keys and hooks are unchanged, as with `nn.Module.compile`). When the
+        entry restored by `activate` holds a forward under `name`, it is loaded with its
+        guards now (no dynamo trace, no AOTAutograd, no cache-key hashing) and True is
+        returned; otherwise the first call compiles it ahead of time on that call's
+        arguments and `save` stores it under `name` (unless the entry says the saver could
+        not: then it compiles just in time at once, without trying again). `name` must be
+        stable across processes (a module path such as "dense_arch") and unique in the
+        process.
+        """
+        if self._active is None:
+            raise RuntimeError(f"CompileCache.precompile({name!r}): call activate() first")
+        if not name or name in self._forwards:
+            raise ValueError(f"precompile: name {name!r} is empty or already used "
+                             f"(installed: {sorted(self._forwards)})")
+        forward = PrecompiledForward(module, name, self, dynamic=dynamic,
+                                     ahead=name not in self._jit_only)
+        blob = self._precompiled.pop(name, None)
+        loaded = blob is not None and forward.load(blob)
+        module.forward = forward
+        self._forwards[name] = forward
+        return loaded
+
+    def needs_save(self) -> bool:
+        """Whether this process compiled something the active entry lacks: a forward
+        compiled ahead of time here (an entry that was a hit but could not be loaded, or
+        lacked a part the run compiles). `activate`'s `hit` alone misses that case; a
+        caller that saves only on a miss would otherwise recompile it on every start."""
+        return any(fwd.compiled_here for fwd in self._forwards.values())
+
+    def _restore(
+        self, entry: Path, manifest: dict[str, Any], local: Path, breakdown: dict[str, float]
+    ) -> _Restored:
+        """Restore the parts this run needs. Each part fails alone and never raises.
+
+        The precompiled forwards need the archive's built kernels but not the artifacts
+        (those feed dynamo's just-in-time path, which they skip): with precompiled
+        forwards in the entry (and the archive restored, so their kernels are there) the
+        artifacts are only loaded if a just-in-time compile happens after all
+        (`load_deferred_artifacts`)."""
+        done = _Restored()
+        if self.restore_inductor_dir:
+            with _timed(breakdown, "archive"):
+                done.dir_restored = self._part(
+                    done, "inductor dir not restored",
+                    lambda: self._restore_archive(entry, manifest, local))
+        jit_only = manifest.get("jit_forwards")
+        if isinstance(jit_only, list) and all(isinstance(n, str) for n in jit_only):
+            self._jit_only = frozenset(jit_only)
+        if self.restore_inductor_dir and manifest.get("precompiled") is not None:
+            with _timed(breakdown, "precompiled_read"):
+                self._part(done, "precompiled forwards not read",
+                           lambda: self._read_precompiled(entry, manifest))
+        if (self.defer_artifacts and self._precompiled and done.dir_restored
+                and manifest.get("artifacts") is not None):
+            self._deferred_artifacts = (entry, manifest)
+            done.deferred = True
+        else:
+            with _timed(breakdown, "artifacts"):
+                done.artifacts_loaded = self._part(
+                    done, "artifacts not loaded", lambda: self._load_artifacts(entry, manifest))
+        return done
+
+    @staticmethod
+    def _part(done: _Restored, what: str, restore: Callable[[], bool]) -> bool:
+        """Run one part's restore; a failure is a problem recorded in `done`, not raised."""
+        try:
+            return restore()
+        except EntryError as exc:
+            done.gone = done.gone or isinstance(exc, PayloadGone)
+            done.problems.append(f"{what}: {exc}")
+        except Exception as exc:  # an unexpected failure must not stop the job
+            log.debug("%s", what, exc_info=True)
+            done.problems.append(f"{what}: {type(exc).__name__}: {exc}")
+        return False
+
+    def load_deferred_artifacts(self) -> bool:
+        """Load the artifacts `activate` deferred (see `_restore`), once; True if loaded.
+
+        Called before a just-in-time compile; a failure is a warning, not an error."""
+        pending, self._deferred_artifacts = self._deferred_artifacts, None
+        if pending is None:
+            return False
+        try:
+            return self._load_artifacts(*pending)
+        except Exception as exc:
+            log.warning("compile cache: deferred artifacts not loaded: %s", exc)
+            return False
+
+    def save(self, key: str) -> Path:
+        """Store this process's compile output for `key` under the shared root.
+
+        Call after compiling and running at least one full training step, so the backward
+        graph is compiled too. Writes the portable artifacts and a tar.gz of the local
+        inductor dir, then the manifest last, each atomically (temp file, fsync, rename).
+        Returns the entry directory. I/O errors propagate: the caller decides whether a
+        failed save matters (a prewarm task should fail; a training job can go on).
+        """
+        import torch
+
+        if self._active is None or self._active[0] != key:
+            raise RuntimeError(
+                f"CompileCache.save({key!r}): activate({key!r}) was not called in this "
+                "process, so inductor did not compile into this key's local dir"
+            )
+        local = self._active[1]
+        start = time.perf_counter()
+        entry = self.entry_dir(key)
+        entry.mkdir(parents=True, exist_ok=True)
+
+        artifacts_meta: dict[str, Any] | None = None
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            blob, info = saved
+            counts = {kind: len(keys) for kind, keys in sorted(info.artifacts.items())}
+            artifacts_meta = write_payload(
+                entry, ARTIFACTS_PREFIX, ".bin", lambda fh: fh.write(blob)
+            )
+            artifacts_meta["counts"] = counts
+        else:
+            log.warning(
+                "compile cache save for %s: torch recorded no cache artifacts (nothing "
+                "compiled in this process?); storing the inductor dir only",
+                key,
+            )
+
+        file_count = 0
+        unpacked = 0
+
+        def write_archive(fh: IO[bytes]) -> None:
+            nonlocal file_count, unpacked
+            file_count, unpacked = pack(local, fh)
+
+        archive_meta = write_payload(entry, ARCHIVE_PREFIX, ".tar.gz", write_archive)
+        archive_meta["files"] = file_count
+        archive_meta["unpacked_bytes"] = unpacked
+        precompiled_meta = write_precompiled(entry, {
+            name: fwd.serialized for name, fwd in sorted(self._forwards.items())
+            if fwd.serialized is not None})
+
+        manifest = {
+            "format": CACHE_FORMAT,
+            "key": key,
+            "torch": torch.__version__,
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "settings": self._settings(),
+            "created": time.time(),
+            "host": platform.node(),
+            "artifacts": artifacts_meta,
+            "inductor_dir": archive_meta,
+            "precompiled": precompiled_meta,
+            "jit_forwards": sorted(name for name, fwd in self._forwards.items()
+                                   if fwd.serialized is None),
+            "vec_isa": self._vec_isa,
+        }
+        write_manifest(entry, manifest)
+        log.info(
+            "compile cache saved %s in %.2fs: artifacts %s B, inductor dir %s B (%d files), "
+            "precompiled forwards %s B (%s)",
+            entry,
+            time.perf_counter() - start,
+            artifacts_meta["size"] if artifacts_meta else 0,
+            archive_meta["size"],
+            file_count,
+            precompiled_meta["size"] if precompiled_meta else 0,
+            ", ".join(precompiled_meta["forwards"]) if precompiled_meta else "none",
+        )
+        return entry
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _settle_vec_isa(self, recorded: Mapping[str, Any] | None) -> None:
+        """`settle_vec_isa`; what it found is what `save` records."""
+        found = settle_vec_isa(recorded)
+        if found is not None:
+            self._vec_isa = found
+
+    def _settings(self) -> dict[str, Any]:
+        """Inductor settings saver and loader must share (they are in inductor's keys)."""
+        return {"cpp_cache_precompile_headers": self.cpu_precompiled_headers}
+
+    def _read_manifest(self, key: str) -> dict[str, Any]:
+        return read_manifest(self.entry_dir(key), key, self._settings())
+
+    def _restore_archive(self, entry: Path, manifest: dict[str, Any], local: Path) -> bool:
+        """Unpack the archived inductor dir beside `local`, then move it in atomically."""
+        archive = payload(entry, manifest.get("inductor_dir"), "inductor dir archive")
+        staging = Path(tempfile.mkdtemp(prefix=f".{local.name}.restore-", dir=local.parent))
+        try:
+            try:
+                with open_archive(archive) as tar:  # headers bounded as they are read
+                    safe_extract(tar, staging)
+            except UnsafeArchiveError as exc:
+                raise EntryError(f"archive refused: {exc}") from exc
+            except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+                raise EntryError(f"archive unreadable: {type(exc).__name__}: {exc}") from exc
+            merge_into(staging, local)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return True
+
+    def _load_artifacts(self, entry: Path, manifest: dict[str, Any]) -> bool:
+        import torch
+
+        meta = manifest.get("artifacts")
+        if meta is None:
+            raise EntryError("the entry has no portable artifacts (none were recorded)")
+        blob = payload_bytes(entry, meta, "artifacts")
+        info = torch.compiler.load_cache_artifacts(blob)
+        if info is None:
+            raise EntryError("torch could not deserialise them (see torch's warning)")
+        return True
+
+    def _read_precompiled(self, entry: Path, manifest: dict[str, Any]) -> bool:
+        """Read the precompiled forwards (`read_precompiled`); unpickled by `precompile`."""
+        self._precompiled = read_precompiled(entry, manifest)
+        return True
+
+
+#: The cache `activate` was last called on in this process (what `compile_dense` uses).
+_ACTIVE: CompileCache | None = None
+
+
+def active_cache() -> CompileCache | None:
+    """The `CompileCache` last activated in this process, or None.
+
+    Process-wide like inductor's cache directory, which `activate` sets: the compile
+    that follows an `activate` is the one that entry is for."""
+    return _ACTIVE
