@@ -27,7 +27,7 @@ import os
 import tarfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 #: A pax or long-name header is a path or a few attributes: inductor's file names are
 #: under 300 bytes. Past this a header is not one of ours.
@@ -52,14 +52,16 @@ class _BoundedTarInfo(tarfile.TarInfo):
     """A `TarInfo` that refuses an oversize extended header, or a sparse member, before
     tarfile reads what follows it."""
 
-    def _proc_member(self, tarfile_: Any) -> Any:
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
             raise UnsafeArchiveError(
                 f"a {self.type.decode(errors='replace')!r} header of {self.size:,} bytes "
                 f"(extended headers are at most {MAX_HEADER_BYTES:,})")
         if self.type == tarfile.GNUTYPE_SPARSE:
             raise UnsafeArchiveError(f"member {self.name!r}: a sparse file")
-        return super()._proc_member(tarfile_)  # type: ignore[misc]
+        # tarfile's private hook (what `tarfile.open` calls per header): not in typeshed
+        member: tarfile.TarInfo = super()._proc_member(tarfile_)  # type: ignore[misc]
+        return member
 
 
 def open_archive(path: Path) -> tarfile.TarFile:

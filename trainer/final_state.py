@@ -88,7 +88,7 @@ def restore_final_state(cfg: TrainerConfig) -> FinalState:
             f"no committed checkpoint in {directory}"
             + (f" ({invalid} step directories, none valid: see the warnings)" if invalid else "")
         )
-    extra = dict(result.extra)
+    extra: dict[str, Any] = dict(result.extra)  # the JSON object the trainer saved
     cursor = extra.get("cursor")
     return FinalState(
         tensors={k: v.detach().clone() for k, v in model.state_dict().items()},

@@ -158,7 +158,7 @@ class Trainer:
         from airflow_ett.trainer.checkpoint import read_marker
 
         try:
-            return dict(read_marker(Path(latest))["extra"])
+            return dict(read_marker(Path(latest)).extra)
         except (OSError, ValueError) as exc:
             log.warning("checkpoint %s: cannot read its marker (%s); restore decides", latest, exc)
             return None
@@ -182,7 +182,7 @@ class Trainer:
             return None
         for path, reason in result.skipped:
             log.warning("checkpoint %s skipped: %s", path, reason)
-        extra = dict(result.extra)
+        extra: dict[str, Any] = dict(result.extra)  # the JSON object _save wrote
         if "rng" in extra:
             set_rng_state(extra["rng"])
         log.info(

@@ -339,7 +339,7 @@ def check_checkpoint_owner(cfg: TrainerConfig, reader: Reader) -> None:
         return
     for path in entries:
         try:
-            extra = read_marker(path)["extra"]
+            extra = read_marker(path).extra
         except (OSError, ValueError):
             continue  # not committed or unreadable: restore skips it with a reason
         theirs_id, theirs_name = extra.get("model_identity"), extra.get("model")

@@ -156,7 +156,7 @@ def test_on_kill_asks_the_trainer_to_checkpoint_and_leave(ett_home: Path) -> Non
     assert [(e.status, e.cause) for e in ended] == [("failed", "preemption")]
     checkpoints = list((ett_home / "ett_work" / "jobs").rglob("step-*"))
     assert checkpoints, "SIGTERM did not leave a checkpoint"
-    assert max(read_marker(p)["step"] for p in checkpoints) > 0
+    assert max(read_marker(p).step for p in checkpoints) > 0
 
 
 @pytest.mark.parametrize(("code", "raised"), [

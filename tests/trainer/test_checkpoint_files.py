@@ -9,13 +9,23 @@ import os
 import pickle
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointManager, RestoreResult
+from airflow_ett.trainer.checkpoint import (
+    COMMIT_MARKER,
+    CheckpointManager,
+    CommitMarker,
+    FileRecord,
+    RestoreResult,
+    read_marker,
+    step_dir_name,
+)
 from airflow_ett.trainer.checkpoint import reader as ckpt_reader
 from airflow_ett.trainer.checkpoint.files import pickle_work
+from airflow_ett.trainer.checkpoint.marker import write_marker
 from tests.hostile import in_thread
 from tests.trainer.test_checkpoint import _forge, _two_checkpoints, assert_bitwise
 
@@ -157,3 +167,56 @@ def test_the_walk_refuses_what_is_not_a_pickle() -> None:
     assert pickle_work(b"not a pickle") is not None
     assert pickle_work(b"\x80\x04h\x05.") is not None  # a memo index never set
     assert pickle_work(struct.pack("<B", 0x80)) is not None  # truncated
+
+
+# -- the commit marker: one writer, one reader ----------------------------------------------
+
+
+_MARKER = CommitMarker(
+    step=7, extra={"cursor": 3, "rng": {"cpu": "AA=="}},
+    files={".metadata": FileRecord(size=120, crc32="0badcafe"),
+           "__0_0.distcp": FileRecord(size=4096, crc32="12345678")},
+    bytes=4216, blocking_s=0.25, total_s=1.5, time=1_795_856_001.5, world_size=2,
+    torch="2.13.0", rank_extras=({"rank": 0}, {"rank": 1}))
+
+
+@pytest.mark.parametrize("rank_extras", [None, ({"rank": 0}, {"rank": 1})])
+def test_the_marker_reads_back_what_its_writer_wrote(
+        tmp_path: Path, rank_extras: tuple[dict[str, object], ...] | None) -> None:
+    step_dir = tmp_path / step_dir_name(7)
+    step_dir.mkdir()
+    marker = replace(_MARKER, rank_extras=rank_extras)
+    write_marker(step_dir, marker)
+    assert read_marker(step_dir) == marker
+    doc = json.loads((step_dir / COMMIT_MARKER).read_text())  # the layout it always had
+    assert doc["format"] == 1 and doc["files"][".metadata"] == {"size": 120, "crc32": "0badcafe"}
+    assert ("rank_extras" in doc) == (rank_extras is not None)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"step": 8}, "commit marker says step 8, directory 7"),
+    ({"step": True}, "commit marker says step True, directory 7"),
+    ({"format": 2}, "commit marker: format is 2, this trainer reads 1"),
+    ({"extra": [1]}, "commit marker lacks its file list or extra"),
+    ({"files": {".metadata": 12}},
+     "commit marker: files['.metadata'] is 12, not an object with size and crc32"),
+    ({"files": {".metadata": {"size": -1, "crc32": "0badcafe"}}},
+     "commit marker: files['.metadata'].size is -1, not a size in bytes"),
+    ({"files": {".metadata": {"size": 1, "crc32": "zz"}}},
+     "commit marker: files['.metadata'].crc32 is 'zz', not 8 hex digits"),
+    ({"bytes": "4216"}, "commit marker: bytes is '4216', not a count >= 0"),
+    ({"world_size": 0}, "commit marker: world_size is 0, not >= 1"),
+    ({"total_s": None}, "commit marker: total_s is None, not a number of seconds"),
+    ({"torch": 2}, "commit marker: torch is 2, not a string"),
+    ({"rank_extras": [{}, 3]}, "commit marker: rank_extras is [{}, 3], not a list of JSON"),
+])
+def test_a_malformed_marker_is_one_line_naming_field_and_value(
+        tmp_path: Path, change: dict[str, object], message: str) -> None:
+    step_dir = tmp_path / step_dir_name(7)
+    step_dir.mkdir()
+    write_marker(step_dir, _MARKER)
+    doc = json.loads((step_dir / COMMIT_MARKER).read_text())
+    (step_dir / COMMIT_MARKER).write_text(json.dumps({**doc, **change}))
+    with pytest.raises(ValueError) as caught:
+        read_marker(step_dir)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)

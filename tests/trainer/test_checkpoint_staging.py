@@ -79,7 +79,7 @@ def test_overlapped_save_returns_before_the_copy_and_holds_the_state_at_save(
     assert done is not None and done.step == 3
     assert done.blocking_s == pytest.approx(result.blocking_s + waited)
     marker = ckpt.read_marker(done.path)
-    assert marker["blocking_s"] == pytest.approx(done.blocking_s)
+    assert marker.blocking_s == pytest.approx(done.blocking_s)
     assert_bitwise(restored_snapshot(manager, 3), want)
     assert manager.last_staging.barrier_s == waited
     assert not manager.last_staging.copy_on_caller

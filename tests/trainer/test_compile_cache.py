@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import stat
 import subprocess
@@ -872,15 +873,15 @@ def test_unreferenced_payloads_are_removed_after_the_grace_period(
 def test_reader_rereads_the_manifest_when_a_save_replaced_the_entry(
     tmp_path: Path, fake_artifacts: list[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root, entry = _make_entry(tmp_path, files={"a": b"old"})
-    stale = _manifest(entry)
+    root, _ = _make_entry(tmp_path, files={"a": b"old"})
+    stale = CompileCache(root)._read_manifest("k1")
     monkeypatch.setattr(cc_entry, "_ORPHAN_GRACE_S", -1.0)
     _make_entry(tmp_path, files={"a": b"new"}, name="saver2")  # removes the old payloads
 
     real_read = CompileCache._read_manifest
     calls = []
 
-    def read_stale_first(self: CompileCache, key: str) -> dict[str, Any]:
+    def read_stale_first(self: CompileCache, key: str) -> cc_entry.Manifest:
         calls.append(key)
         return stale if len(calls) == 1 else real_read(self, key)
 
@@ -889,6 +890,79 @@ def test_reader_rereads_the_manifest_when_a_save_replaced_the_entry(
     assert load.reason is None and load.hit and load.inductor_dir_restored
     assert len(calls) == 2
     assert (tmp_path / "reader" / "a").read_bytes() == b"new"
+
+
+# ---------------------------------------------------------------------------------------
+# The manifest: one writer, one reader
+# ---------------------------------------------------------------------------------------
+
+SETTINGS = {"cpp_cache_precompile_headers": False}
+
+
+def _written_manifest(entry: Path) -> cc_entry.Manifest:
+    """A manifest with every part, written by `write_manifest` into `entry`."""
+    entry.mkdir(parents=True)
+    sha = "ab" * 32
+    manifest = cc_entry.Manifest(
+        key="k1", torch=torch.__version__, python="3.11", settings=dict(SETTINGS),
+        created=1_795_856_001.5, host="h",
+        artifacts=cc_entry.ArtifactsPart("artifacts-1.bin", 10, sha, counts={"fx": 2}),
+        inductor_dir=cc_entry.ArchivePart("inductor-1.tar.gz", 20, sha, files=3,
+                                          unpacked_bytes=40),
+        precompiled=cc_entry.PrecompiledPart(
+            "precompiled-1.bin", 30, sha,
+            forwards={"a": cc_entry.Span(0, 10), "b": cc_entry.Span(10, 20)}),
+        jit_forwards=("c",),
+        vec_isa=cc.inductor.VecIsaRecord(ok=True, isas=("avx2",), compiler="cc: 1"))
+    cc_entry.write_manifest(entry, manifest)
+    return manifest
+
+
+def test_the_manifest_reads_back_what_its_writer_wrote(tmp_path: Path) -> None:
+    manifest = _written_manifest(tmp_path / "k1")
+    assert cc_entry.read_manifest(tmp_path / "k1", "k1", SETTINGS) == manifest
+    doc = _manifest(tmp_path / "k1")  # the layout entries always had
+    assert doc["format"] == cc_key.CACHE_FORMAT and doc["jit_forwards"] == ["c"]
+    assert doc["precompiled"]["forwards"]["b"] == {"offset": 10, "size": 20}
+    assert doc["inductor_dir"]["files"] == 3 and doc["artifacts"]["counts"] == {"fx": 2}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"host": 5}, "manifest: host is 5, not a string"),
+    ({"created": "now"}, "manifest: created is 'now', not a time"),
+    ({"jit_forwards": "c"}, "manifest: jit_forwards is 'c', not a list of names"),
+    ({"vec_isa": {"ok": 1}}, "manifest: vec_isa is {'ok': 1}, not a vector-ISA record"),
+])
+def test_a_malformed_manifest_is_one_line_naming_field_and_value(
+        tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    _written_manifest(tmp_path / "k1")
+    _rewrite_manifest(tmp_path / "k1", **change)
+    with pytest.raises(cc_entry.EntryError, match="^" + re.escape(message) + "$"):
+        cc_entry.read_manifest(tmp_path / "k1", "k1", SETTINGS)
+
+
+@pytest.mark.parametrize(("part", "change", "message"), [
+    ("artifacts", {"size": -1}, "manifest: the artifacts record's size is -1, not a size"),
+    ("artifacts", {"sha256": "x"}, "manifest: the artifacts record's sha256 is 'x', not a "
+                                   "SHA-256"),
+    ("artifacts", {"counts": [1]}, "manifest: the artifacts record's counts are [1], not "
+                                   "counts by kind"),
+    ("inductor_dir", {"files": True}, "manifest: the inductor dir archive record's files is "
+                                      "True, not a count"),
+    ("inductor_dir", {"file": ".x"}, "manifest names a bad inductor dir archive file '.x'"),
+    ("precompiled", {"forwards": {"a": {"offset": 0, "size": 0}}},
+     "precompiled forwards index: bad span 'a': {'offset': 0, 'size': 0}"),
+])
+def test_a_malformed_part_is_that_part_alone_with_its_reason(
+        tmp_path: Path, part: str, change: dict[str, Any], message: str) -> None:
+    manifest = _written_manifest(tmp_path / "k1")
+    _rewrite_manifest(tmp_path / "k1", **{part: {**_manifest(tmp_path / "k1")[part], **change}})
+    read = cc_entry.read_manifest(tmp_path / "k1", "k1", SETTINGS)
+    assert getattr(read, part) == cc_entry.BadPart(message)
+    others = {"artifacts", "inductor_dir", "precompiled"} - {part}
+    assert all(getattr(read, name) == getattr(manifest, name) for name in others)
+    with pytest.raises(cc_entry.EntryError, match="^" + re.escape(message) + "$"):
+        cc_entry.payload(tmp_path / "k1", getattr(read, part), "the part")
 
 
 # ---------------------------------------------------------------------------------------

@@ -26,7 +26,12 @@ import pytest
 import torch
 
 from airflow_ett.emit import Emitter
-from airflow_ett.trainer.checkpoint import COMMIT_MARKER, CheckpointManager, read_marker
+from airflow_ett.trainer.checkpoint import (
+    COMMIT_MARKER,
+    CheckpointManager,
+    CommitMarker,
+    read_marker,
+)
 from airflow_ett.trainer.config import ConfigError, TrainerConfig, config_from_mapping
 from airflow_ett.trainer.data import ClickLogSpec, make_batch
 from airflow_ett.trainer.final_state import load_final_state
@@ -88,7 +93,7 @@ def copy_of(trained: TrainerConfig, tmp_path: Path) -> TrainerConfig:
     return replace(trained, checkpoint_dir=target)
 
 
-def newest_marker(cfg: TrainerConfig) -> dict[str, Any]:
+def newest_marker(cfg: TrainerConfig) -> CommitMarker:
     latest = CheckpointManager(cfg.checkpoint_dir, async_save=False).latest()
     assert latest is not None
     return read_marker(latest)
@@ -124,8 +129,8 @@ def test_publish_writes_a_whole_version_its_manifest_and_latest(
     manifest = json.loads(published.manifest_path.read_text())
     assert manifest == published.manifest
     marker = newest_marker(trained)
-    assert manifest["checkpoint"]["step"] == marker["step"] == 6
-    assert manifest["checkpoint"]["cursor"] == marker["extra"]["cursor"] == 6 * 32
+    assert manifest["checkpoint"]["step"] == marker.step == 6
+    assert manifest["checkpoint"]["cursor"] == marker.extra["cursor"] == 6 * 32
     assert manifest["checkpoint"]["world_size"] == 1
     assert (published.step, published.cursor) == (6, 6 * 32)
     assert manifest["checkpoint"]["skipped"] == []

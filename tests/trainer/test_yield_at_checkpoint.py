@@ -167,7 +167,7 @@ def committed_steps(checkpoints: Path) -> list[int]:
     out = []
     for path in checkpoints.glob("step-*"):
         try:
-            out.append(int(read_marker(path)["step"]))
+            out.append(read_marker(path).step)
         except (OSError, ValueError):
             continue  # not committed
     return sorted(out)

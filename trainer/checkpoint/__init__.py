@@ -5,8 +5,9 @@ Three promises, each kept by its modules:
 
 1. **A checkpoint counts only when complete** (`commit`): DCP writes into a temp
    directory, the coordinator renames it to `step-<step:010d>/` and writes the commit
-   marker `COMMITTED.json` last, with the size and CRC32 of every file. A crash at any
-   point leaves nothing that restore accepts.
+   marker `COMMITTED.json` last (`marker`: `CommitMarker`, its one writer and its one
+   reader), with the size and CRC32 of every file. A crash at any point leaves nothing
+   that restore accepts.
 2. **Restore takes the newest checkpoint that is really valid** (`restore`,
    `integrity`): a step directory without a readable, matching marker, with files that
    differ from it, or whose DCP load raises is skipped with a warning naming it and why,
@@ -25,19 +26,33 @@ Every checkpoint collective goes through a gloo group of its own (`coord`), and
 
 from __future__ import annotations
 
-from airflow_ett.trainer.checkpoint.commit import COMMIT_MARKER, read_marker, step_dir_name
 from airflow_ett.trainer.checkpoint.coord import checkpoint_process_group
 from airflow_ett.trainer.checkpoint.manager import CheckpointManager
-from airflow_ett.trainer.checkpoint.results import CheckpointError, RestoreResult, SaveResult
+from airflow_ett.trainer.checkpoint.marker import (
+    COMMIT_MARKER,
+    CommitMarker,
+    FileRecord,
+    read_marker,
+    step_dir_name,
+)
+from airflow_ett.trainer.checkpoint.results import (
+    CheckpointError,
+    RestoreResult,
+    SaveResult,
+    StateDict,
+)
 from airflow_ett.trainer.checkpoint.staging import StagingBreakdown
 
 __all__ = [
     "COMMIT_MARKER",
     "CheckpointError",
     "CheckpointManager",
+    "CommitMarker",
+    "FileRecord",
     "RestoreResult",
     "SaveResult",
     "StagingBreakdown",
+    "StateDict",
     "checkpoint_process_group",
     "read_marker",
     "step_dir_name",

@@ -4,12 +4,12 @@ A checkpoint counts only when complete. DCP writes into `<dir>/.tmp-step-<step>-
 with `sync_files=True` (every data file and `.metadata` fsynced; `write_step`). Then the
 coordinator (rank 0 of the checkpoint group) fsyncs that directory, renames it to
 `<dir>/step-<step:010d>/` (atomic on one filesystem), fsyncs `<dir>`, and writes the
-commit marker `COMMITTED.json` LAST (`airflow_ett._fs.atomic_write`: temp file, fsync,
-rename, fsync; `commit_step`). The marker holds step, `extra` (the caller's small JSON
-metadata: data cursor, RNG states...; rank 0's, plus every rank's when they differ),
-bytes, times and the size and CRC32 of every DCP file. A crash at any point leaves either
-an unrenamed temp directory or a step directory without a marker, and neither is ever
-restored (`read_marker`).
+commit marker `COMMITTED.json` LAST (`marker.write_marker`: temp file, fsync, rename,
+fsync; `commit_step`). The marker (`marker.CommitMarker`) holds step, `extra` (the
+caller's small JSON metadata: data cursor, RNG states...; rank 0's, plus every rank's
+when they differ), bytes, times and the size and CRC32 of every DCP file. A crash at any
+point leaves either an unrenamed temp directory or a step directory without a marker, and
+neither is ever restored (`marker.read_marker`).
 
 The directory must be one filesystem shared by all ranks (DCP's `FileSystemWriter`
 assumes it too: the coordinator renames the directory all ranks wrote into). Each rank
@@ -29,57 +29,45 @@ import shutil
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import torch
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from airflow_ett._fs import atomic_write, fsync_dir
+from airflow_ett._fs import fsync_dir
 from airflow_ett.trainer.checkpoint.coord import _Coord
-from airflow_ett.trainer.checkpoint.files import load_marker
-from airflow_ett.trainer.checkpoint.results import CheckpointError
+from airflow_ett.trainer.checkpoint.marker import (
+    COMMIT_MARKER,
+    CommitMarker,
+    FileRecord,
+    JsonObject,
+    _step_of,
+    read_marker,
+    step_dir_name,
+    write_marker,
+)
+from airflow_ett.trainer.checkpoint.results import CheckpointError, StateDict
 
 log = logging.getLogger("airflow_ett.trainer.checkpoint")
 
-COMMIT_MARKER = "COMMITTED.json"
-MARKER_FORMAT = 1
-_STEP_DIR = re.compile(r"^step-(\d{10})$")
+#: What a rank hands the coordinator for the commit: its files' records (or why it cannot
+#: commit: a string) and its `extra` as JSON text.
+Described: TypeAlias = dict[str, FileRecord] | str
+Gathered: TypeAlias = list[tuple[Described, str]]
+
 _TMP_DIR = re.compile(r"^\.tmp-step-(\d+)-[A-Za-z0-9_.-]+$")
 _DCP_METADATA = ".metadata"
 _CHUNK = 8 * 1024 * 1024
 
 
-# -- names and markers -------------------------------------------------------------------
-
-
-def step_dir_name(step: int) -> str:
-    """`step-0000000042`: zero-padded so names sort like steps."""
-    return f"step-{step:010d}"
+# -- names ------------------------------------------------------------------------------
 
 
 def tmp_dir_name(step: int, token: str, seq: int) -> str:
     """Where a save writes before its commit: the manager's `token` (agreed by all ranks)
     and its `seq` (one per save) keep two saves, or two processes, apart."""
     return f".tmp-step-{step:010d}-{token}-{seq}"
-
-
-def _step_of(path: Path) -> int | None:
-    m = _STEP_DIR.match(path.name)
-    return int(m.group(1)) if m else None
-
-
-def read_marker(path: Path) -> dict[str, Any]:
-    """The commit marker of a step directory; raises ValueError/OSError when unusable."""
-    marker = load_marker(path / COMMIT_MARKER)  # bounded: a ValueError when it is not
-    if not isinstance(marker, dict):
-        raise ValueError("commit marker is not a JSON object")
-    step = _step_of(path)
-    if marker.get("step") != step:
-        raise ValueError(f"commit marker says step {marker.get('step')!r}, directory {step}")
-    if not isinstance(marker.get("files"), dict) or not isinstance(marker.get("extra"), dict):
-        raise ValueError("commit marker lacks its file list or extra")
-    return marker
 
 
 def step_dirs(directory: Path) -> list[Path]:
@@ -118,16 +106,16 @@ def _crc32(path: Path) -> tuple[int, str]:
     return size, f"{crc:08x}"
 
 
-def _describe(directory: Path, names: list[str]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _describe(directory: Path, names: list[str]) -> dict[str, FileRecord]:
+    out: dict[str, FileRecord] = {}
     for name in names:
         size, crc = _crc32(directory / name)
-        out[name] = {"size": size, "crc32": crc}
+        out[name] = FileRecord(size=size, crc32=crc)
     return out
 
 
 def write_step(
-    coord: _Coord, step: int, state: dict[str, Any], tmp: Path, write_threads: int
+    coord: _Coord, step: int, state: StateDict, tmp: Path, write_threads: int
 ) -> None:
     """DCP's save into `tmp` (a collective); on failure the coordinator removes `tmp`."""
     try:
@@ -141,7 +129,7 @@ def write_step(
         raise CheckpointError(f"checkpoint step {step}: DCP save failed: {exc}") from exc
 
 
-def describe_mine(coord: _Coord, tmp: Path) -> dict[str, dict[str, Any]] | str:
+def describe_mine(coord: _Coord, tmp: Path) -> Described:
     """Sizes and checksums of this rank's files, or why they cannot be read: a string,
     not an exception, because every rank must still reach the gather."""
     try:
@@ -161,14 +149,14 @@ def commit_step(
     world_size: int,
     step: int,
     tmp: Path,
-    gathered: list[Any],
+    gathered: Gathered,
     extra_json: str,
     t0: float,
     blocking: float | None,
 ) -> tuple[int, float]:
     """Coordinator: checksum what no rank did, rename into place, write the marker."""
-    files: dict[str, dict[str, Any]] = {}
-    extras = [json.loads(e) for _, e in gathered]
+    files: dict[str, FileRecord] = {}
+    extras = [_json_object(e) for _, e in gathered]
     for rank, (described, _) in enumerate(gathered):
         if isinstance(described, str):
             raise CheckpointError(f"not committed: {described}")
@@ -189,27 +177,33 @@ def commit_step(
         log.warning("checkpoint %s exists: replacing it", final)
     os.rename(tmp, final)
     fsync_dir(directory)
-    size = sum(int(f["size"]) for f in files.values())
+    size = sum(f.size for f in files.values())
     total = time.perf_counter() - t0
-    marker = {
-        "format": MARKER_FORMAT,
-        "step": step,
-        "extra": json.loads(extra_json),
+    write_marker(final, CommitMarker(
+        step=step,
+        extra=_json_object(extra_json),
         # Only when ranks differ (per-rank RNG states, say): restore hands each rank
         # its own; "extra" stays rank 0's, what discovery reads.
-        **({"rank_extras": extras} if any(e != extras[0] for e in extras) else {}),
-        "bytes": size,
-        "blocking_s": blocking if blocking is not None else total,
-        "total_s": total,
-        "time": time.time(),
-        "world_size": world_size,
-        "torch": torch.__version__,
-        "files": files,
-    }
-    atomic_write(final / COMMIT_MARKER, json.dumps(marker, indent=1, sort_keys=True).encode())
+        rank_extras=tuple(extras) if any(e != extras[0] for e in extras) else None,
+        bytes=size,
+        blocking_s=blocking if blocking is not None else total,
+        total_s=total,
+        time=time.time(),
+        world_size=world_size,
+        torch=torch.__version__,
+        files=files,
+    ))
     if replaced is not None:
         shutil.rmtree(replaced, ignore_errors=True)
     return size, total
+
+
+def _json_object(text: str) -> JsonObject:
+    """A rank's `extra`, JSON text that `CheckpointManager.save` made of a dict."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise CheckpointError(f"extra is not a JSON object: {text[:80]!r}")
+    return value
 
 
 # -- retention ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 import torch.distributed as dist
 
@@ -22,7 +22,8 @@ from airflow_ett.trainer.checkpoint.results import CheckpointError
 T = TypeVar("T")
 
 _GROUP_LOCK = threading.Lock()
-_GROUP_CACHE: list[tuple[Any, dist.ProcessGroup]] = []  # (default group, checkpoint group)
+#: (default group, checkpoint group)
+_GROUP_CACHE: list[tuple[dist.ProcessGroup | None, dist.ProcessGroup]] = []
 
 
 def checkpoint_process_group(timeout: timedelta | None = None) -> dist.ProcessGroup:
@@ -59,22 +60,22 @@ class _Coord:
         """Rank 0's `obj` on every rank."""
         if self.group is None:
             return obj
-        box: list[Any] = [obj]
+        box: list[T] = [obj]
         dist.broadcast_object_list(box, group=self.group, group_src=0)
-        value: T = box[0]
-        return value
+        return box[0]
 
     def gather(self, obj: T) -> list[T]:
         """Every rank's `obj`, in rank order, on rank 0 (an empty list elsewhere)."""
         if self.group is None:
             return [obj]
-        out: list[Any] | None = [None] * self.size if self.rank == 0 else None
+        out: list[object] | None = [None] * self.size if self.rank == 0 else None
         dist.gather_object(obj, out, group=self.group, group_dst=0)
-        return list(out) if out is not None else []
+        # Every rank passed a T: the collective filled each slot with one.
+        return cast("list[T]", out) if out is not None else []
 
     def all_gather(self, obj: T) -> list[T]:
         if self.group is None:
             return [obj]
-        out: list[Any] = [None] * self.size
+        out: list[object] = [None] * self.size
         dist.all_gather_object(out, obj, group=self.group)
-        return out
+        return cast("list[T]", out)  # every slot filled with a rank's T

@@ -31,7 +31,7 @@ import stat
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from airflow_ett._untrusted import UntrustedFileError, load_json, open_regular, read_bytes
 
@@ -123,17 +123,20 @@ class _Walk:
         del self.stack[at:]
         return items
 
-    def step(self, name: str, arg: Any) -> None:
+    def step(self, name: str, arg: object) -> None:
         if name in _MEMO_PUT or name in _MEMO_GET or name == "MEMOIZE":
             self._memo(name, arg)
         else:
             self._build(name)
 
-    def _memo(self, name: str, arg: Any) -> None:
+    def _memo(self, name: str, arg: object) -> None:
+        if name == "MEMOIZE":
+            self.memo[len(self.memo)] = self.stack[-1]
+            return
+        if not isinstance(arg, int):  # pickletools decodes every memo index to an int
+            raise ValueError(f"{name} with the memo index {arg!r}")
         if name in _MEMO_PUT:
             self.memo[arg] = self.stack[-1]
-        elif name == "MEMOIZE":
-            self.memo[len(self.memo)] = self.stack[-1]
         else:
             self.push(self.memo[arg])
 
@@ -190,17 +193,19 @@ def pickle_work(data: bytes, *, per_byte: int = MAX_OBJECTS_PER_BYTE) -> str | N
     return None
 
 
-def storage_problem(storage_data: Mapping[Any, Any], files: Mapping[str, Any]) -> str | None:
-    """Why the data locations DCP's metadata gives are not within the marker's files: each
-    must be a listed file, its bytes within the size the marker states (a location naming
-    `/dev/zero`, another directory or a huge range would otherwise be opened and read)."""
+def storage_problem(storage_data: Mapping[object, object], sizes: Mapping[str, int]
+                    ) -> str | None:
+    """Why the data locations DCP's metadata gives are not within the marker's files
+    (`sizes`: each listed file's size): each must be a listed file, its bytes within the
+    size the marker states (a location naming `/dev/zero`, another directory or a huge
+    range would otherwise be opened and read)."""
     for index, info in storage_data.items():
         name = getattr(info, "relative_path", None)
         offset, length = getattr(info, "offset", None), getattr(info, "length", None)
-        if not isinstance(name, str) or name not in files:
+        if not isinstance(name, str) or name not in sizes:
             return f"the metadata points {index} at {str(name)[:80]!r}, not a listed file"
-        size = files[name].get("size") if isinstance(files[name], Mapping) else None
-        if not (isinstance(offset, int) and isinstance(length, int) and isinstance(size, int)
+        size = sizes[name]
+        if not (isinstance(offset, int) and isinstance(length, int)
                 and offset >= 0 and length >= 0 and offset + length <= size):
             return (f"the metadata reads {name} at {offset!r} for {length!r} bytes, beyond "
                     f"its {size!r} bytes")

@@ -15,16 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from airflow_ett.trainer.checkpoint.commit import _DCP_METADATA, COMMIT_MARKER, read_marker
+from airflow_ett.trainer.checkpoint.commit import _DCP_METADATA
 from airflow_ett.trainer.checkpoint.files import crc32_of, listed_file_problem, storage_problem
+from airflow_ett.trainer.checkpoint.marker import (
+    COMMIT_MARKER,
+    CommitMarker,
+    FileRecord,
+    read_marker,
+)
 from airflow_ett.trainer.checkpoint.reader import UnsafeCheckpointError, load_checkpoint_metadata
 
 
 def check_step_dir(
     path: Path, verify: Literal["checksum", "size"]
-) -> tuple[str | None, dict[str, Any] | None]:
+) -> tuple[str | None, CommitMarker | None]:
     """(reason the checkpoint at `path` is invalid, None) or (None, its marker). Raises
     only on the unexpected (the caller turns that into a reason too)."""
     if not (path / COMMIT_MARKER).exists():
@@ -33,7 +39,7 @@ def check_step_dir(
         marker = read_marker(path)
     except (OSError, ValueError) as exc:
         return f"unreadable commit marker: {exc}", None
-    files: dict[str, Any] = marker["files"]
+    files = marker.files
     if _DCP_METADATA not in files:
         return f"commit marker lists no {_DCP_METADATA}", None
     reason = next(filter(None, (listed_file_problem(path, name) for name in files)), None)
@@ -48,7 +54,7 @@ def check_step_dir(
     return None, marker
 
 
-def _size_mismatch(path: Path, files: dict[str, Any]) -> str | None:
+def _size_mismatch(path: Path, files: Mapping[str, FileRecord]) -> str | None:
     """The first listed file that is missing or not the size the commit marker says."""
     for name, want in sorted(files.items()):
         file = path / name
@@ -56,24 +62,24 @@ def _size_mismatch(path: Path, files: dict[str, Any]) -> str | None:
             size = file.stat().st_size
         except OSError:
             return f"{name} is missing"
-        if size != want.get("size"):
-            return f"{name} has {size} bytes, the commit marker says {want.get('size')}"
+        if size != want.size:
+            return f"{name} has {size} bytes, the commit marker says {want.size}"
     return None
 
 
-def _checksum_mismatch(path: Path, files: dict[str, Any]) -> str | None:
+def _checksum_mismatch(path: Path, files: Mapping[str, FileRecord]) -> str | None:
     """The first listed file unreadable or whose CRC32 differs from the commit marker's."""
     for name, want in sorted(files.items()):
         try:
-            crc = crc32_of(path / name, int(want.get("size", 0)))
+            crc = crc32_of(path / name, want.size)
         except (OSError, ValueError) as exc:  # UntrustedFileError: not a regular file
             return f"{name} unreadable: {exc}"
-        if crc != want.get("crc32"):
-            return f"{name} checksum {crc} differs from the commit marker's {want.get('crc32')}"
+        if crc != want.crc32:
+            return f"{name} checksum {crc} differs from the commit marker's {want.crc32}"
     return None
 
 
-def _unsafe_metadata(path: Path, files: Mapping[str, Any]) -> str | None:
+def _unsafe_metadata(path: Path, files: Mapping[str, FileRecord]) -> str | None:
     """Why DCP's metadata file is refused; a CRC is no authentication, so it is read as
     untrusted input (`load_checkpoint_metadata`), and the data it points DCP at must be
     the marker's listed files, within their sizes."""
@@ -82,7 +88,7 @@ def _unsafe_metadata(path: Path, files: Mapping[str, Any]) -> str | None:
         storage = metadata.storage_data
         if not isinstance(storage, Mapping):
             return f"{_DCP_METADATA} refused: it gives no data locations"
-        problem = storage_problem(storage, files)
+        problem = storage_problem(storage, {name: f.size for name, f in files.items()})
         if problem is not None:
             return f"{_DCP_METADATA} refused: {problem}"
     except UnsafeCheckpointError as exc:

@@ -30,25 +30,30 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import torch.distributed as dist
 
 from airflow_ett.trainer.checkpoint.commit import (
-    _step_of,
+    Gathered,
     commit_step,
     describe_mine,
     latest_committed,
     remove_stale,
     retain,
-    step_dir_name,
     tmp_dir_name,
     write_step,
 )
 from airflow_ett.trainer.checkpoint.coord import _Coord, checkpoint_process_group
 from airflow_ett.trainer.checkpoint.integrity import check_step_dir
-from airflow_ett.trainer.checkpoint.restore import restore_newest
-from airflow_ett.trainer.checkpoint.results import CheckpointError, RestoreResult, SaveResult
+from airflow_ett.trainer.checkpoint.marker import _step_of, step_dir_name
+from airflow_ett.trainer.checkpoint.restore import Verdict, restore_newest
+from airflow_ett.trainer.checkpoint.results import (
+    CheckpointError,
+    RestoreResult,
+    SaveResult,
+    StateDict,
+)
 from airflow_ett.trainer.checkpoint.staging import (
     StagingBreakdown,
     _account,
@@ -162,7 +167,7 @@ class CheckpointManager:
 
     # -- public API --------------------------------------------------------------------
 
-    def save(self, step: int, state: dict[str, Any], extra: dict[str, Any]) -> SaveResult:
+    def save(self, step: int, state: StateDict, extra: Mapping[str, object]) -> SaveResult:
         """Checkpoint `state` (a DCP state dict) as `step`, with `extra` in the marker.
 
         Async: waits for a save in flight (re-raising its failure, as `CheckpointError`),
@@ -231,7 +236,7 @@ class CheckpointManager:
         barrier is passed, with `overlap_staging`)."""
         return self._stager.breakdown
 
-    def _stage(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], _PendingStaging | None]:
+    def _stage(self, state: StateDict) -> tuple[StateDict, _PendingStaging | None]:
         """The staged state dict; with `overlap_staging` its copies are still being made
         on the staging thread (the pending staging says when they are done)."""
         staged, copies = self._stager.prepare(state)
@@ -289,7 +294,7 @@ class CheckpointManager:
         latest = self.latest()
         return None if latest is None else _step_of(latest)
 
-    def restore(self, state: dict[str, Any]) -> RestoreResult | None:
+    def restore(self, state: StateDict) -> RestoreResult | None:
         """Load the newest valid checkpoint into `state` in place (DCP load); None if none.
 
         Every rank calls it. Invalid checkpoints are skipped (logged as warnings and
@@ -355,7 +360,7 @@ class CheckpointManager:
     def _background(
         self,
         step: int,
-        staged: dict[str, Any],
+        staged: StateDict,
         tmp: Path,
         extra_json: str,
         t0: float,
@@ -376,7 +381,7 @@ class CheckpointManager:
     def _write_and_commit(
         self,
         step: int,
-        state: dict[str, Any],
+        state: StateDict,
         tmp: Path,
         extra_json: str,
         t0: float,
@@ -425,7 +430,7 @@ class CheckpointManager:
         self,
         step: int,
         tmp: Path,
-        gathered: list[Any],
+        gathered: Gathered,
         extra_json: str,
         t0: float,
         blocking: float | None,
@@ -450,7 +455,7 @@ class CheckpointManager:
 
     # -- restoring ---------------------------------------------------------------------
 
-    def _validate(self, path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    def _validate(self, path: Path) -> Verdict:
         """(reason it is invalid, None) or (None, marker). Never raises: on several ranks
         the others are waiting for the coordinator's verdict."""
         try:
@@ -458,7 +463,7 @@ class CheckpointManager:
         except Exception as exc:
             return f"cannot validate: {type(exc).__name__}: {exc}", None
 
-    def _check(self, path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    def _check(self, path: Path) -> Verdict:
         return check_step_dir(path, self.verify)
 
 

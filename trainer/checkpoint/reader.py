@@ -19,7 +19,7 @@ import enum
 import io
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,7 @@ from airflow_ett.trainer.checkpoint.files import (
     pickle_work,
     read_metadata_bytes,
 )
+from airflow_ett.trainer.checkpoint.results import StateDict
 
 #: The only globals a checkpoint's `.metadata` pickle may name: what DCP (torch 2.13)
 #: writes for plain, ShardedTensor and DTensor state (found by listing the globals of
@@ -78,7 +79,7 @@ class _MetadataUnpickler(pickle.Unpickler):
     memory formats, which pickle as `torch.<name>`): nothing else can be called or built,
     so a crafted pickle fails here instead of running."""
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         if (module, name) in METADATA_GLOBALS:
             return super().find_class(module, name)
         if (module, name) == ("builtins", "getattr"):
@@ -92,33 +93,32 @@ class _MetadataUnpickler(pickle.Unpickler):
             "metadata classes and plain builtins are allowed)"
         )
 
-    def persistent_load(self, pid: Any) -> Any:
+    def persistent_load(self, pid: object) -> NoReturn:
         raise UnsafeCheckpointError("checkpoint metadata uses persistent ids")
 
 
-def _enum_member(cls: Any, name: Any) -> Any:
+def _enum_member(cls: object, name: object) -> enum.Enum:
     """The one `getattr` a metadata pickle may call: an enum member of an allowed enum.
 
     Python 3.11.0-3.11.3 pickle enum members as `getattr(EnumClass, "NAME")` (3.11.4+ as
     `EnumClass(value)`), so checkpoints written on Debian 12's 3.11.2 name
     `builtins.getattr` for DCP's `_MEM_FORMAT_ENCODING`. A real `getattr` would reach any
     attribute (`__init__.__globals__`, modules, `os.system`): only members pass."""
-    allowed = (
+    if (
         isinstance(cls, type)
         and issubclass(cls, enum.Enum)
         and (cls.__module__, cls.__qualname__) in METADATA_GLOBALS
         and isinstance(name, str)
         and name in cls.__members__
+    ):
+        return cls[name]
+    raise UnsafeCheckpointError(
+        f"checkpoint metadata calls getattr({getattr(cls, '__qualname__', cls)!r}, "
+        f"{name!r}): only members of DCP's metadata enums are allowed"
     )
-    if not allowed:
-        raise UnsafeCheckpointError(
-            f"checkpoint metadata calls getattr({getattr(cls, '__qualname__', cls)!r}, "
-            f"{name!r}): only members of DCP's metadata enums are allowed"
-        )
-    return cls[name]
 
 
-def read_checkpoint_metadata(stream: Any) -> Metadata:
+def read_checkpoint_metadata(stream: IO[bytes]) -> Metadata:
     """A DCP `.metadata` pickle read through the restricted unpickler; raises
     `UnsafeCheckpointError` for anything but DCP metadata."""
     metadata = _MetadataUnpickler(stream).load()
@@ -147,7 +147,7 @@ class SafeFileSystemReader(FileSystemReader):
     """DCP's `FileSystemReader` with `.metadata` read by `load_checkpoint_metadata`
     instead of a plain `pickle.load` (torch 2.13's `read_metadata`, otherwise the same)."""
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:  # torch's signature
         metadata = load_checkpoint_metadata(Path(self._get_metadata_path(kwargs.get("rank"))))
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
@@ -169,7 +169,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
-def load_into(state: dict[str, Any], path: Path, group: dist.ProcessGroup | None) -> str | None:
+def load_into(state: StateDict, path: Path, group: dist.ProcessGroup | None) -> str | None:
     """DCP's load of the checkpoint at `path` into `state` in place, through the restricted
     reader and planner (a collective over `group`, local without one); why it failed, or
     None."""

@@ -15,21 +15,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from airflow_ett.trainer.checkpoint.commit import step_dirs
 from airflow_ett.trainer.checkpoint.coord import _Coord
+from airflow_ett.trainer.checkpoint.marker import CommitMarker, JsonObject
 from airflow_ett.trainer.checkpoint.reader import load_into
-from airflow_ett.trainer.checkpoint.results import CheckpointError, RestoreResult
+from airflow_ett.trainer.checkpoint.results import CheckpointError, RestoreResult, StateDict
 
 log = logging.getLogger("airflow_ett.trainer.checkpoint")
 
-#: (reason the checkpoint at a path is invalid, None) or (None, its marker); never raises.
-Validate = Callable[[Path], tuple[str | None, dict[str, Any] | None]]
+#: (reason the checkpoint at a path is invalid, None) or (None, its marker).
+Verdict: TypeAlias = tuple[str | None, CommitMarker | None]
+#: The coordinator's judge of a step directory; never raises.
+Validate: TypeAlias = Callable[[Path], Verdict]
 
 
 def restore_newest(
-    coord: _Coord, directory: Path, state: dict[str, Any], validate: Validate
+    coord: _Coord, directory: Path, state: StateDict, validate: Validate
 ) -> RestoreResult | None:
     """Load the newest valid checkpoint under `directory` into `state` in place; None if
     none. Every rank calls it; `validate` runs on the coordinator alone."""
@@ -40,7 +43,7 @@ def restore_newest(
     load_failed = False
     for name in candidates:
         path = Path(name)
-        verdict: tuple[str | None, dict[str, Any] | None] = (None, None)
+        verdict: Verdict = (None, None)
         if coord.is_coordinator:
             verdict = validate(path)
         reason, marker = coord.broadcast(verdict)
@@ -48,9 +51,9 @@ def restore_newest(
             error = load_into(state, path, coord.group)
             errors = [e for e in coord.all_gather(error) if e is not None]
             if not errors:
-                log.info("restored checkpoint %s (step %d)", path, marker["step"])
+                log.info("restored checkpoint %s (step %d)", path, marker.step)
                 return RestoreResult(
-                    step=int(marker["step"]),
+                    step=marker.step,
                     path=path,
                     extra=_extra_for(coord, marker),
                     skipped=skipped,
@@ -74,10 +77,10 @@ def restore_newest(
     return None
 
 
-def _extra_for(coord: _Coord, marker: dict[str, Any]) -> dict[str, Any]:
+def _extra_for(coord: _Coord, marker: CommitMarker) -> JsonObject:
     """This rank's extra when the ranks saved different ones and the world size is
     unchanged; rank 0's otherwise."""
-    extras = marker.get("rank_extras")
-    if isinstance(extras, list) and len(extras) == coord.size:
+    extras = marker.rank_extras
+    if extras is not None and len(extras) == coord.size:
         return dict(extras[coord.rank])
-    return dict(marker["extra"])
+    return dict(marker.extra)

@@ -1,4 +1,5 @@
-"""What a checkpoint save or restore hands its caller: its result, or `CheckpointError`.
+"""What a checkpoint save or restore hands its caller: its result, or `CheckpointError`;
+and what it takes, a DCP state dict (`StateDict`).
 
 Apart from the manager so that every module of the package (the group, the commit) can
 raise the one error the caller catches.
@@ -8,7 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
+
+from torch.distributed.checkpoint.metadata import STATE_DICT_TYPE
+from torch.distributed.checkpoint.stateful import Stateful
+
+#: What a save writes and a restore loads into: DCP's state dict, whose top-level values
+#: are `Stateful`s (their `state_dict()` is what is saved, `load_state_dict` what a
+#: restore calls) or nested dicts, lists and tensors.
+StateDict: TypeAlias = STATE_DICT_TYPE[Stateful]
 
 
 class CheckpointError(RuntimeError):
@@ -37,9 +46,10 @@ class SaveResult:
 
 @dataclass(frozen=True)
 class RestoreResult:
-    """The checkpoint a restore loaded, the `extra` saved with it, and what it skipped."""
+    """The checkpoint a restore loaded, the `extra` saved with it (the JSON object the
+    caller gave `save`), and what it skipped."""
 
     step: int
     path: Path
-    extra: dict[str, Any]
+    extra: dict[str, object]
     skipped: list[tuple[Path, str]]

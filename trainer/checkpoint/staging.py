@@ -27,18 +27,27 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
 
+from airflow_ett.trainer.checkpoint.results import StateDict
+
+if TYPE_CHECKING:
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor.api import ShardedTensor
+    from torch.distributed.tensor import DTensor
+
 log = logging.getLogger("airflow_ett.trainer.checkpoint")
 
+#: Where a value sits in a state dict: the keys (and list indices) leading to it.
+KeyPath: TypeAlias = tuple[object, ...]
 
-def _sharded_tensor_type() -> type | None:
+
+def _sharded_tensor_type() -> type[ShardedTensor] | None:
     try:
         from torch.distributed._shard.sharded_tensor.api import ShardedTensor
     except ImportError:  # pragma: no cover - present in every torch this project pins
@@ -46,7 +55,7 @@ def _sharded_tensor_type() -> type | None:
     return ShardedTensor
 
 
-def _dtensor_type() -> type | None:
+def _dtensor_type() -> type[DTensor] | None:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover
@@ -91,7 +100,7 @@ class _Copy:
 
     dst: torch.Tensor
     src: torch.Tensor
-    path: tuple[Any, ...]
+    path: KeyPath
     version: int | None
 
 
@@ -129,26 +138,26 @@ class _Stager:
 
     def __init__(self, *, reuse: bool) -> None:
         self.reuse = reuse
-        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
-        self._used: dict[tuple[Any, ...], torch.Tensor] = {}
+        self._buffers: dict[KeyPath, torch.Tensor] = {}
+        self._used: dict[KeyPath, torch.Tensor] = {}
         self._copies: list[_Copy] = []
         self.bytes = 0
         self.breakdown = StagingBreakdown()
         self._sharded = _sharded_tensor_type()
         self._dtensor = _dtensor_type()
 
-    def stage(self, state: Mapping[str, Any]) -> dict[str, Any]:
+    def stage(self, state: StateDict) -> StateDict:
         staged, copies = self.prepare(state)
         self.copy(copies, self.breakdown)
         return staged
 
-    def prepare(self, state: Mapping[str, Any]) -> tuple[dict[str, Any], list[_Copy]]:
+    def prepare(self, state: StateDict) -> tuple[StateDict, list[_Copy]]:
         """The staged state dict over buffers not yet filled, and the copies that fill
         them. Until those copies are made, the caller must not modify the state."""
         self._used, self._copies, self.bytes = {}, [], 0
         self.breakdown = bd = StagingBreakdown()
         with torch.no_grad():
-            staged: dict[str, Any] = {}
+            staged: StateDict = {}
             for key, value in state.items():
                 if isinstance(value, Stateful):
                     t = time.perf_counter()
@@ -183,7 +192,7 @@ class _Stager:
                 torch.cuda.synchronize(device)
         breakdown.copy_s += time.perf_counter() - t
 
-    def _copy(self, obj: Any, path: tuple[Any, ...]) -> Any:
+    def _copy(self, obj: object, path: KeyPath) -> object:
         if self._sharded is not None and isinstance(obj, self._sharded):
             return self._copy_sharded(obj, path)
         if self._dtensor is not None and isinstance(obj, self._dtensor):
@@ -201,7 +210,7 @@ class _Stager:
         self.breakdown.leaves_s += time.perf_counter() - t
         return leaf
 
-    def _tensor(self, src: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
+    def _tensor(self, src: torch.Tensor, path: KeyPath) -> torch.Tensor:
         """The staging buffer for `src` (reused or new); its copy is queued, not made."""
         src = src.detach()
         pin = src.is_cuda
@@ -221,7 +230,7 @@ class _Stager:
         self.bytes += buf.numel() * buf.element_size()
         return buf
 
-    def _copy_sharded(self, st: Any, path: tuple[Any, ...]) -> Any:
+    def _copy_sharded(self, st: ShardedTensor, path: KeyPath) -> ShardedTensor:
         """A new ShardedTensor over copies of the local shards, same global layout.
 
         Built with `_init_from_local_shards_and_global_metadata`, which does no
@@ -240,7 +249,7 @@ class _Stager:
         meta = st.metadata()
         pinned = bool(shards) and shards[0].tensor.is_pinned()
 
-        def on_cpu(md: Any) -> Any:
+        def on_cpu(md: ShardMetadata) -> ShardMetadata:
             placement = md.placement
             if placement is None or placement.device().type == "cpu":
                 return md
@@ -258,18 +267,23 @@ class _Stager:
             local, new_meta, process_group=st._process_group
         )
 
-    def _copy_dtensor(self, dt: Any, path: tuple[Any, ...]) -> Any:
+    def _copy_dtensor(self, dt: DTensor, path: KeyPath) -> DTensor:
         """A DTensor over a copy of the local tensor (same mesh, placements, shape).
 
         On CPU it is `detach()` (a new wrapper sharing nothing we write) with its local
         tensor replaced by the staged copy: no collective, one copy. On an accelerator,
         `to("cpu")` (as torch's own `_create_cpu_state_dict` does), unpinned.
         """
+        from torch.distributed.tensor import DTensor
+
+        # A DTensor's ops return DTensors (torch types them as plain tensors).
         if dt.device.type != "cpu":
-            staged = dt.to("cpu")
-            self.bytes += staged._local_tensor.numel() * staged._local_tensor.element_size()
-            return staged
+            on_cpu = dt.to("cpu")
+            assert isinstance(on_cpu, DTensor)
+            self.bytes += on_cpu._local_tensor.numel() * on_cpu._local_tensor.element_size()
+            return on_cpu
         staged = dt.detach()
+        assert isinstance(staged, DTensor)
         staged._local_tensor = self._tensor(dt._local_tensor, path)
         return staged
 

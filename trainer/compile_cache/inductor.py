@@ -24,9 +24,9 @@ import logging
 import os
 import platform
 import sys
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def import_compiler_modules() -> None:
 
 
 
-def set_process_wide(config_module: Any, name: str, value: Any) -> None:
+def set_process_wide(config_module: ModuleType, name: str, value: object) -> None:
     """Set a torch config option for every thread, not just the caller's.
 
     In torch 2.13 `torch._inductor.config.x = v` is a `ContextVar` override: a thread
@@ -129,7 +129,18 @@ def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
     return []
 
 
-def settle_vec_isa(recorded: Mapping[str, Any] | None) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class VecIsaRecord:
+    """What a saver's CPU vector-ISA check found (`settle_vec_isa`), kept in the entry's
+    manifest: whether the ISAs this CPU has (`isas`, inductor's names) all built with
+    `compiler` (`compiler_id`)."""
+
+    ok: bool
+    isas: tuple[str, ...]
+    compiler: str
+
+
+def settle_vec_isa(recorded: VecIsaRecord | None) -> VecIsaRecord | None:
     """Skip inductor's CPU vector-ISA probe when the entry already answers it; return what
     a save records (None when nothing was checked).
 
@@ -158,16 +169,16 @@ def settle_vec_isa(recorded: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if not candidates:
             return None
         compiler = compiler_id()
-        trusted = bool(
-            recorded and recorded.get("ok") is True
-            and recorded.get("isas") == candidates and recorded.get("compiler") == compiler
+        trusted = (
+            recorded is not None and recorded.ok
+            and list(recorded.isas) == candidates and recorded.compiler == compiler
         )
         if not trusted:  # probe now, as inductor would at its first CPU kernel
             trusted = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] == candidates
         if trusted:
             set_process_wide(inductor_config, "cpp.vec_isa_ok", True)
             os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"  # compile worker processes
-        return {"ok": trusted, "isas": candidates, "compiler": compiler}
+        return VecIsaRecord(ok=trusted, isas=tuple(candidates), compiler=compiler)
     except Exception as exc:  # never fail a compile over an optimisation of it
         log.warning("compile cache: vector-ISA check skipped: %r", exc)
         return None

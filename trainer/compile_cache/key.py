@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from enum import Enum
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 #: Bump to invalidate every entry written by an older layout of this package. 2 (issue 13):
 #: entries hold precompiled forwards; a format-1 entry would be a hit that never gets them.
@@ -25,7 +28,7 @@ CACHE_FORMAT = 2
 _KEY_HEX_CHARS = 16
 
 
-def _canonical(value: Any) -> Any:
+def _canonical(value: object) -> object:
     """JSON `default` hook: the few non-JSON types a model config legitimately holds.
 
     Anything else raises TypeError: a `repr` fallback could embed a memory address and
@@ -52,8 +55,9 @@ def _package_version(name: str) -> str | None:
 
 
 def key_inputs(
-    model_config: Mapping[str, Any], device_kind: str, extra: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+    model_config: Mapping[str, object], device_kind: str,
+    extra: Mapping[str, object] | None = None,
+) -> dict[str, object]:
     """Everything `cache_key` hashes, as a dict (for logs: what made two keys differ).
 
     What invalidates compiled code, and so is in the key:
@@ -79,7 +83,7 @@ def key_inputs(
     """
     import torch
 
-    inputs: dict[str, Any] = {
+    inputs: dict[str, object] = {
         "format": CACHE_FORMAT,
         "model_config": dict(model_config),
         "device_kind": device_kind,
@@ -98,7 +102,8 @@ def key_inputs(
 
 
 def cache_key(
-    model_config: Mapping[str, Any], device_kind: str, extra: Mapping[str, Any] | None = None
+    model_config: Mapping[str, object], device_kind: str,
+    extra: Mapping[str, object] | None = None,
 ) -> str:
     """A short stable hex key for compiled code; see `key_inputs` for what goes in.
 
@@ -115,14 +120,14 @@ def cache_key(
     return hashlib.sha256(canonical.encode()).hexdigest()[:_KEY_HEX_CHARS]
 
 
-def trainer_cache_key(model_config: Mapping[str, Any], kind: str, *, batch_size: int,
+def trainer_cache_key(model_config: Mapping[str, object], kind: str, *, batch_size: int,
                       world_size: int) -> str:
     """The key a trainer run compiles under: the one rule shared by the trainer and the
     prewarm operator, which must find the entry the job's ranks will look up."""
     return cache_key(model_config, kind, {"batch_size": batch_size, "world_size": world_size})
 
 
-def device_kind(device: Any = None) -> str:
+def device_kind(device: torch.device | str | None = None) -> str:
     """The device kind for `cache_key`: "cpu", or "cuda:<major>.<minor>" (compute capability).
 
     `device` is a torch.device, a string like "cuda:1", or None for the current default

@@ -16,9 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_ett.trainer.compile_cache.counters import PRECOMPILE_COUNTS
+
+if TYPE_CHECKING:
+    import torch
+    from torch._dynamo.aot_compile import AOTCompiledFunction
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +56,15 @@ class PrecompiledForward:
     foreign entry costs a compile, never a wrong result.
     """
 
-    def __init__(self, module: Any, name: str, cache: ArtifactLoader, *, dynamic: bool,
-                 ahead: bool = True) -> None:
+    def __init__(self, module: torch.nn.Module, name: str, cache: ArtifactLoader, *,
+                 dynamic: bool, ahead: bool = True) -> None:
         self.name = name
         self._module = module
-        self._fn = type(module).forward
+        self._fn: Callable[..., object] = type(module).forward
         self._cache = cache
         self._dynamic = dynamic
-        self._aot: Any = None
-        self._jit: Any = None
+        self._aot: AOTCompiledFunction | None = None
+        self._jit: Callable[..., object] | None = None
         self._tried_ahead = not ahead
         self._warned = False
         #: Compiled ahead of time in this process (not loaded): `needs_save`.
@@ -70,7 +74,9 @@ class PrecompiledForward:
         #: Seconds `load` took (unpickling, kernel loading, guard build).
         self.load_seconds = 0.0
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[
+            Callable[[Callable[..., object], torch.nn.Module], Callable[..., object]],
+            tuple[Callable[..., object], torch.nn.Module]]:
         """Pickled (dynamo pickles the module's attributes with its guards; `deepcopy`)
         as the module's plain eager forward: a copy is never tied to this compile."""
         return _eager_forward, (self._fn, self._module)
@@ -92,7 +98,7 @@ class PrecompiledForward:
         PRECOMPILE_COUNTS["loaded"] += 1
         return True
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         module, aot = self._module, self._aot
         if aot is None and not self._tried_ahead:
             self._tried_ahead = True
@@ -102,21 +108,24 @@ class PrecompiledForward:
                 return aot.fn(module, *args, **kwargs)
             if not self._warned:
                 self._warned = True
-                reason = aot._artifacts.guard_manager.check_verbose(
-                    aot.prepare_f_locals(module, *args, **kwargs))
+                guards = aot._artifacts.guard_manager
+                reason = guards.check_verbose(aot.prepare_f_locals(module, *args, **kwargs)) \
+                    if guards is not None else "no guards"
                 log.warning("compile cache: precompiled forward %s rejects this call (%s); "
                             "compiling it just in time", self.name, reason)
         return self._just_in_time(args, kwargs)
 
-    def _compile_ahead(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _compile_ahead(self, args: tuple[object, ...], kwargs: dict[str, object]
+                       ) -> AOTCompiledFunction | None:
         """Compile on this call's arguments and serialize at once (what `save` stores).
         None, with a warning, when torch cannot (a graph break, an unserializable part)."""
         import torch
         from torch._dynamo.aot_compile import AOTCompiledFunction
 
         try:
+            # torch types what compile returns as the plain function: no `aot_compile`
             wrapped: Any = torch.compile(self._fn, fullgraph=True, dynamic=self._dynamic)
-            compiled = wrapped.aot_compile(((self._module, *args), kwargs))
+            compiled: AOTCompiledFunction = wrapped.aot_compile(((self._module, *args), kwargs))
             self.serialized = AOTCompiledFunction.serialize(compiled).serialized_data
             self.compiled_here = True
         except Exception as exc:
@@ -127,7 +136,7 @@ class PrecompiledForward:
         PRECOMPILE_COUNTS["compiled"] += 1
         return compiled
 
-    def _just_in_time(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _just_in_time(self, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         if self._jit is None:
             import torch
 
@@ -137,7 +146,7 @@ class PrecompiledForward:
         return self._jit(self._module, *args, **kwargs)
 
 
-def _eager_forward(fn: Callable[..., Any], module: Any) -> Callable[..., Any]:
+def _eager_forward(fn: Callable[..., object], module: torch.nn.Module) -> Callable[..., object]:
     """`fn` bound to `module`: what a pickled `PrecompiledForward` becomes."""
     import types
 

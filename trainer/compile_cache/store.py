@@ -22,16 +22,19 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from airflow_ett.trainer.cache_archive import UnsafeArchiveError, open_archive, safe_extract
 from airflow_ett.trainer.compile_cache.entry import (
     ARCHIVE_PREFIX,
     ARTIFACTS_PREFIX,
+    ArchivePart,
+    ArtifactsPart,
     EntryError,
+    Manifest,
     NoEntry,
     PayloadGone,
     check_key,
@@ -44,6 +47,7 @@ from airflow_ett.trainer.compile_cache.entry import (
     write_precompiled,
 )
 from airflow_ett.trainer.compile_cache.inductor import (
+    VecIsaRecord,
     import_compiler_modules,
     point_inductor_at,
     settle_vec_isa,
@@ -56,6 +60,9 @@ from airflow_ett.trainer.compile_cache.inductor_dir import (
 )
 from airflow_ett.trainer.compile_cache.key import CACHE_FORMAT
 from airflow_ett.trainer.compile_cache.precompiled import PrecompiledForward
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +156,10 @@ class CompileCache:
         self.restore_inductor_dir = restore_inductor_dir
         self.cpu_precompiled_headers = cpu_precompiled_headers
         self._active: tuple[str, Path] | None = None
-        self._vec_isa: dict[str, Any] | None = None
+        self._vec_isa: VecIsaRecord | None = None
         #: The entry's precompiled forwards (name -> serialized), until `precompile` takes one.
         self._precompiled: dict[str, bytes] = {}
-        self._deferred_artifacts: tuple[Path, dict[str, Any]] | None = None
+        self._deferred_artifacts: tuple[Path, Manifest] | None = None
         #: Forwards the saver could not compile ahead of time: compiled just in time here.
         self._jit_only: frozenset[str] = frozenset()
         #: Forwards `precompile` installed since `activate`: what `save` stores.
@@ -237,7 +244,7 @@ class CompileCache:
         artifacts_loaded, dir_restored = restored.artifacts_loaded, restored.dir_restored
         hit = artifacts_loaded or dir_restored or bool(self._precompiled)
         with _timed(breakdown, "vec_isa"):
-            self._settle_vec_isa(manifest.get("vec_isa") if hit else None)
+            self._settle_vec_isa(manifest.vec_isa if hit else None)
         problems = [*restored.problems, *switch_problems]
         seconds = time.perf_counter() - start
         if problems:
@@ -263,7 +270,7 @@ class CompileCache:
             breakdown=breakdown,
         )
 
-    def precompile(self, module: Any, name: str, *, dynamic: bool = False) -> bool:
+    def precompile(self, module: torch.nn.Module, name: str, *, dynamic: bool = False) -> bool:
         """Compile `module`'s forward ahead of time, or load it from the active entry.
 
         Installs a `PrecompiledForward` as the module's `forward` (an instance attribute:
@@ -297,7 +304,7 @@ class CompileCache:
         return any(fwd.compiled_here for fwd in self._forwards.values())
 
     def _restore(
-        self, entry: Path, manifest: dict[str, Any], local: Path, breakdown: dict[str, float]
+        self, entry: Path, manifest: Manifest, local: Path, breakdown: dict[str, float]
     ) -> _Restored:
         """Restore the parts this run needs. Each part fails alone and never raises.
 
@@ -312,15 +319,13 @@ class CompileCache:
                 done.dir_restored = self._part(
                     done, "inductor dir not restored",
                     lambda: self._restore_archive(entry, manifest, local))
-        jit_only = manifest.get("jit_forwards")
-        if isinstance(jit_only, list) and all(isinstance(n, str) for n in jit_only):
-            self._jit_only = frozenset(jit_only)
-        if self.restore_inductor_dir and manifest.get("precompiled") is not None:
+        self._jit_only = frozenset(manifest.jit_forwards)
+        if self.restore_inductor_dir and manifest.precompiled is not None:
             with _timed(breakdown, "precompiled_read"):
                 self._part(done, "precompiled forwards not read",
                            lambda: self._read_precompiled(entry, manifest))
         if (self.defer_artifacts and self._precompiled and done.dir_restored
-                and manifest.get("artifacts") is not None):
+                and manifest.artifacts is not None):
             self._deferred_artifacts = (entry, manifest)
             done.deferred = True
         else:
@@ -376,15 +381,14 @@ class CompileCache:
         entry = self.entry_dir(key)
         entry.mkdir(parents=True, exist_ok=True)
 
-        artifacts_meta: dict[str, Any] | None = None
+        artifacts_meta: ArtifactsPart | None = None
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:
             blob, info = saved
             counts = {kind: len(keys) for kind, keys in sorted(info.artifacts.items())}
-            artifacts_meta = write_payload(
-                entry, ARTIFACTS_PREFIX, ".bin", lambda fh: fh.write(blob)
-            )
-            artifacts_meta["counts"] = counts
+            written = write_payload(entry, ARTIFACTS_PREFIX, ".bin", lambda fh: fh.write(blob))
+            artifacts_meta = ArtifactsPart(written.file, written.size, written.sha256,
+                                           counts=counts)
         else:
             log.warning(
                 "compile cache save for %s: torch recorded no cache artifacts (nothing "
@@ -399,60 +403,60 @@ class CompileCache:
             nonlocal file_count, unpacked
             file_count, unpacked = pack(local, fh)
 
-        archive_meta = write_payload(entry, ARCHIVE_PREFIX, ".tar.gz", write_archive)
-        archive_meta["files"] = file_count
-        archive_meta["unpacked_bytes"] = unpacked
+        written = write_payload(entry, ARCHIVE_PREFIX, ".tar.gz", write_archive)
+        archive_meta = ArchivePart(written.file, written.size, written.sha256,
+                                   files=file_count, unpacked_bytes=unpacked)
         precompiled_meta = write_precompiled(entry, {
             name: fwd.serialized for name, fwd in sorted(self._forwards.items())
             if fwd.serialized is not None})
 
-        manifest = {
-            "format": CACHE_FORMAT,
-            "key": key,
-            "torch": torch.__version__,
-            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "settings": self._settings(),
-            "created": time.time(),
-            "host": platform.node(),
-            "artifacts": artifacts_meta,
-            "inductor_dir": archive_meta,
-            "precompiled": precompiled_meta,
-            "jit_forwards": sorted(name for name, fwd in self._forwards.items()
-                                   if fwd.serialized is None),
-            "vec_isa": self._vec_isa,
-        }
+        manifest = Manifest(
+            format=CACHE_FORMAT,
+            key=key,
+            torch=torch.__version__,
+            python=f"{sys.version_info.major}.{sys.version_info.minor}",
+            settings=self._settings(),
+            created=time.time(),
+            host=platform.node(),
+            artifacts=artifacts_meta,
+            inductor_dir=archive_meta,
+            precompiled=precompiled_meta,
+            jit_forwards=tuple(sorted(name for name, fwd in self._forwards.items()
+                                      if fwd.serialized is None)),
+            vec_isa=self._vec_isa,
+        )
         write_manifest(entry, manifest)
         log.info(
             "compile cache saved %s in %.2fs: artifacts %s B, inductor dir %s B (%d files), "
             "precompiled forwards %s B (%s)",
             entry,
             time.perf_counter() - start,
-            artifacts_meta["size"] if artifacts_meta else 0,
-            archive_meta["size"],
+            artifacts_meta.size if artifacts_meta else 0,
+            archive_meta.size,
             file_count,
-            precompiled_meta["size"] if precompiled_meta else 0,
-            ", ".join(precompiled_meta["forwards"]) if precompiled_meta else "none",
+            precompiled_meta.size if precompiled_meta else 0,
+            ", ".join(precompiled_meta.forwards) if precompiled_meta else "none",
         )
         return entry
 
     # -- internals ---------------------------------------------------------------------
 
-    def _settle_vec_isa(self, recorded: Mapping[str, Any] | None) -> None:
+    def _settle_vec_isa(self, recorded: VecIsaRecord | None) -> None:
         """`settle_vec_isa`; what it found is what `save` records."""
         found = settle_vec_isa(recorded)
         if found is not None:
             self._vec_isa = found
 
-    def _settings(self) -> dict[str, Any]:
+    def _settings(self) -> dict[str, bool]:
         """Inductor settings saver and loader must share (they are in inductor's keys)."""
         return {"cpp_cache_precompile_headers": self.cpu_precompiled_headers}
 
-    def _read_manifest(self, key: str) -> dict[str, Any]:
+    def _read_manifest(self, key: str) -> Manifest:
         return read_manifest(self.entry_dir(key), key, self._settings())
 
-    def _restore_archive(self, entry: Path, manifest: dict[str, Any], local: Path) -> bool:
+    def _restore_archive(self, entry: Path, manifest: Manifest, local: Path) -> bool:
         """Unpack the archived inductor dir beside `local`, then move it in atomically."""
-        archive = payload(entry, manifest.get("inductor_dir"), "inductor dir archive")
+        archive = payload(entry, manifest.inductor_dir, "inductor dir archive")
         staging = Path(tempfile.mkdtemp(prefix=f".{local.name}.restore-", dir=local.parent))
         try:
             try:
@@ -467,10 +471,10 @@ class CompileCache:
             shutil.rmtree(staging, ignore_errors=True)
         return True
 
-    def _load_artifacts(self, entry: Path, manifest: dict[str, Any]) -> bool:
+    def _load_artifacts(self, entry: Path, manifest: Manifest) -> bool:
         import torch
 
-        meta = manifest.get("artifacts")
+        meta = manifest.artifacts
         if meta is None:
             raise EntryError("the entry has no portable artifacts (none were recorded)")
         blob = payload_bytes(entry, meta, "artifacts")
@@ -479,7 +483,7 @@ class CompileCache:
             raise EntryError("torch could not deserialise them (see torch's warning)")
         return True
 
-    def _read_precompiled(self, entry: Path, manifest: dict[str, Any]) -> bool:
+    def _read_precompiled(self, entry: Path, manifest: Manifest) -> bool:
         """Read the precompiled forwards (`read_precompiled`); unpickled by `precompile`."""
         self._precompiled = read_precompiled(entry, manifest)
         return True
