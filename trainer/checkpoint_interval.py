@@ -103,7 +103,11 @@ class IntervalPolicy:
                                min_s=interval_floor(cost, save_s))
         slowdown = ("" if save is None or save.slowdown_s is None
                     else f" = blocking {save.blocking_s:.3f}s + slowdown {save.slowdown_s:.3f}s")
-        log.info(
+        # chosen again after every save: said when it moves by a tenth or more
+        moved = (self.seconds is None
+                 or abs(choice.interval_s - self.seconds) >= 0.1 * self.seconds)
+        log.log(
+            logging.INFO if moved else logging.DEBUG,
             "checkpoint interval auto: %.1fs (%s; %s %.3fs%s, MTBF %s)",
             choice.interval_s,
             choice.method,

@@ -76,22 +76,26 @@ class SaveTiming:
         dist.broadcast(flag, src=0)
         return bool(flag.item())
 
-    def saved(self, step: int, started: float, returned: float, blocking_s: float) -> None:
+    def saved(self, step: int, started: float, returned: float, blocking_s: float, *,
+              in_flight: bool) -> None:
         """A periodic save at `step`, called at `started`, returned at `returned` after
-        blocking `blocking_s`."""
+        blocking `blocking_s`; `in_flight`: it goes on in the background."""
         self.interval.saved(step, returned)
-        self.cost.save_returned(step, started, returned, blocking_s)
+        self._measured(self.cost.save_returned(step, started, returned, blocking_s,
+                                               in_flight=in_flight))
 
     def step_ended(self, now: float, *, saving: bool) -> MeasuredSave | None:
         """A step ended at `now` (`saving`: a save is in flight); when that completes the
         measure of a save, "auto" chooses again from its cost."""
-        save = self.cost.step_ended(now, saving=saving)
+        return self._measured(self.cost.step_ended(now, saving=saving))
+
+    def _measured(self, save: MeasuredSave | None) -> MeasuredSave | None:
         if save is not None:
-            log.info("checkpoint step %d cost the loop %.3fs: blocking %.3fs + slowdown %s "
-                     "over %d steps; committed %.2fs after it began", save.step,
-                     save.cost_s, save.blocking_s,
-                     "unknown" if save.slowdown_s is None else f"{save.slowdown_s:.3f}s",
-                     save.steps, save.duration_s)
+            log.debug("checkpoint step %d cost the loop %.3fs: blocking %.3fs + slowdown %s "
+                      "over %d steps; committed %.2fs after it began", save.step,
+                      save.cost_s, save.blocking_s,
+                      "unknown" if save.slowdown_s is None else f"{save.slowdown_s:.3f}s",
+                      save.steps, save.duration_s)
             self.interval.measured(save)
         return save
 

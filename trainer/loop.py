@@ -376,7 +376,8 @@ class Trainer:
         request = self.leaving.claim_at_save(self.manager, since=self.process_start)
         started = time.time()
         result = self.save()
-        self.timing.saved(self.step, started, time.time(), result.blocking_s)
+        self.timing.saved(self.step, started, time.time(), result.blocking_s,
+                          in_flight=bool(self.saves_in_flight))
         beat()
         if request is None:
             return False

@@ -6,8 +6,8 @@ file system), so the steps that run while it is in flight take longer than stead
 a cost CSBT does not count. `SaveCost` measures it per save, in the loop's own thread
 and clock: each step's time (from the end of the step before, less the time the loop
 spent inside a save call) against the median of the recent steady steps (no save in
-flight), summed over the steps the save overlapped. The "auto" checkpoint interval takes
-this cost into Young/Daly's optimum and its lower bound
+flight), summed over the steps that began before the save committed. The "auto"
+checkpoint interval takes this cost into Young/Daly's optimum and its lower bound
 (`ett.checkpoint_math.interval_floor`), where a fixed 30 s floor stood before.
 
 No torch, no I/O: the loop tells it when a step ended and whether a save is in flight.
@@ -28,8 +28,8 @@ MIN_STEADY = 5
 @dataclass(frozen=True, slots=True)
 class MeasuredSave:
     """One periodic save as the loop felt it: `blocking_s` inside the save call,
-    `slowdown_s` summed over the `steps` it overlapped (None: no steady baseline yet),
-    `duration_s` from its start to the first step that ended after its commit."""
+    `slowdown_s` summed over the `steps` that began before its commit (None: no steady
+    baseline yet), `duration_s` from its start to the end of the last of them."""
 
     step: int
     blocking_s: float
@@ -64,16 +64,25 @@ class SaveCost:
     _open: _Open | None = None
     last: MeasuredSave | None = None
 
-    def save_returned(self, step: int, started: float, returned: float,
-                      blocking_s: float) -> None:
+    def save_returned(self, step: int, started: float, returned: float, blocking_s: float,
+                      *, in_flight: bool) -> MeasuredSave | None:
         """A periodic save of `step` was called at `started` and returned at `returned`,
-        blocking the loop `blocking_s` of it: the call's time is not a step's."""
+        blocking the loop `blocking_s` of it (the call's time is not a step's);
+        `in_flight`: it goes on in the background. Returns the save this measured: this
+        one if it has committed, else the one before if the call waited for it."""
         self._paused_s += max(0.0, returned - started)
+        done = None
         if self._open is not None:  # the save before was still in flight: the call waited
-            self.last = self._measured(self._open, started)
+            done = self.last = self._measured(self._open, started)
         baseline = (statistics.median(self._steady) if len(self._steady) >= MIN_STEADY
                     else None)
-        self._open = _Open(step, started, max(0.0, blocking_s), baseline)
+        this = _Open(step, started, max(0.0, blocking_s), baseline)
+        if in_flight:
+            self._open = this
+            return done
+        self._open = None  # committed inside the call: no step ran beside it
+        self.last = self._measured(this, returned)
+        return self.last
 
     def step_ended(self, now: float, *, saving: bool) -> MeasuredSave | None:
         """A step ended at `now`; `saving`: a save is in flight (not yet committed)."""
@@ -86,13 +95,13 @@ class SaveCost:
         if current is None:
             self._steady.append(took)
             return None
+        # this step began while the save was in flight: it ran beside it
+        current.steps += 1
+        if current.baseline_s is not None:
+            current.extra_s += took - current.baseline_s
         if saving:
-            current.steps += 1
-            if current.baseline_s is not None:
-                current.extra_s += took - current.baseline_s
             return None
-        self._open = None  # committed before this step ended: this one ran steady
-        self._steady.append(took)
+        self._open = None  # committed while this step ran: the next one runs steady
         self.last = self._measured(current, now)
         return self.last
 

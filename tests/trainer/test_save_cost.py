@@ -20,10 +20,10 @@ def _steps(meter: SaveCost, clock: list[float], durations: list[float], *, savin
 
 
 def _save(meter: SaveCost, clock: list[float], step: int, call_s: float,
-          blocking_s: float) -> None:
+          blocking_s: float, *, in_flight: bool = True) -> MeasuredSave | None:
     started = clock[0]
     clock[0] += call_s
-    meter.save_returned(step, started, clock[0], blocking_s)
+    return meter.save_returned(step, started, clock[0], blocking_s, in_flight=in_flight)
 
 
 def test_a_background_save_costs_its_blocking_plus_the_steps_it_slowed() -> None:
@@ -31,22 +31,26 @@ def test_a_background_save_costs_its_blocking_plus_the_steps_it_slowed() -> None
     assert _steps(meter, clock, [5.0], saving=False) == [None]  # the first: start-up
     _steps(meter, clock, [0.10, 0.11, 0.09, 0.10, 0.10, 0.10], saving=False)
     _save(meter, clock, 7, call_s=0.05, blocking_s=0.04)
-    # three steps while it is written, 0.05 s slower each; the call's time is no step's
+    # three steps while it is written, the fourth during which it commits, 0.05 s slower
+    # each; the call's time is no step's
     assert _steps(meter, clock, [0.15, 0.15, 0.15], saving=True) == [None] * 3
-    [save] = _steps(meter, clock, [0.10], saving=False)
+    [save] = _steps(meter, clock, [0.15], saving=False)
     assert save is not None and meter.last == save
-    assert (save.step, save.steps, save.blocking_s) == (7, 3, 0.04)
-    assert save.slowdown_s == pytest.approx(0.15)
-    assert save.cost_s == pytest.approx(0.19)
-    assert save.duration_s == pytest.approx(0.05 + 0.45 + 0.10)
+    assert (save.step, save.steps, save.blocking_s) == (7, 4, 0.04)
+    assert save.slowdown_s == pytest.approx(0.20)
+    assert save.cost_s == pytest.approx(0.24)
+    assert save.duration_s == pytest.approx(0.05 + 0.60)
+    # the steps after the commit are steady again
+    assert _steps(meter, clock, [0.10, 0.10], saving=False) == [None, None]
 
 
 def test_a_save_committed_inside_its_call_costs_its_blocking() -> None:
     meter, clock = SaveCost(), [0.0]
     _steps(meter, clock, [1.0] + [0.2] * MIN_STEADY, saving=False)
-    _save(meter, clock, 6, call_s=0.5, blocking_s=0.5)
-    [save] = _steps(meter, clock, [0.2], saving=False)
+    save = _save(meter, clock, 6, call_s=0.5, blocking_s=0.5, in_flight=False)
     assert save is not None and (save.steps, save.slowdown_s, save.cost_s) == (0, 0.0, 0.5)
+    assert save.duration_s == pytest.approx(0.5) and meter.last == save
+    assert _steps(meter, clock, [0.2], saving=False) == [None]  # steady again
 
 
 def test_without_a_steady_baseline_the_slowdown_is_unknown() -> None:
@@ -63,12 +67,13 @@ def test_a_save_still_in_flight_at_the_next_is_measured_up_to_it() -> None:
     _steps(meter, clock, [1.0] + [0.1] * MIN_STEADY, saving=False)
     _save(meter, clock, 6, call_s=0.01, blocking_s=0.01)
     _steps(meter, clock, [0.3, 0.3], saving=True)
-    _save(meter, clock, 8, call_s=0.4, blocking_s=0.4)  # waited for the first's commit
-    assert meter.last is not None and meter.last.step == 6
+    first = _save(meter, clock, 8, call_s=0.4, blocking_s=0.4)  # waited for the first
+    assert first is not None and first == meter.last and first.step == 6
     assert meter.last.slowdown_s == pytest.approx(0.4)
     _steps(meter, clock, [0.1], saving=True)
     [save] = _steps(meter, clock, [0.1], saving=False)
-    assert save is not None and save.step == 8 and save.slowdown_s == pytest.approx(0.0)
+    assert save is not None and save.step == 8 and save.steps == 2
+    assert save.slowdown_s == pytest.approx(0.0)
 
 
 @given(st.floats(0.01, 2.0), st.floats(0.0, 1.0), st.integers(1, 50), st.floats(0, 0.5))
@@ -77,8 +82,8 @@ def test_the_slowdown_is_the_extra_time_of_the_steps_beside_the_save(
     meter, clock = SaveCost(), [0.0]
     _steps(meter, clock, [10.0] + [steady] * 20, saving=False)
     _save(meter, clock, 21, call_s=blocking, blocking_s=blocking)
-    _steps(meter, clock, [steady + extra] * steps, saving=True)
-    [save] = _steps(meter, clock, [steady], saving=False)
+    _steps(meter, clock, [steady + extra] * (steps - 1), saving=True)
+    [save] = _steps(meter, clock, [steady + extra], saving=False)
     assert save is not None and save.steps == steps
     assert save.slowdown_s == pytest.approx(steps * extra, abs=1e-6)
     assert save.cost_s == pytest.approx(blocking + steps * extra, abs=1e-6)
