@@ -1,11 +1,14 @@
 """When the training loop's next periodic checkpoint is due: the `checkpoint_interval` rule.
 
 A step count, a duration (`"30s"`) or `"auto"`: a duration set by Young/Daly's optimum
-(`airflow_ett.ett.checkpoint_math.auto_interval`) from the checkpoint-save blocking time
-(CSBT) and the job's failure history. "auto" chooses once when training starts (CSBT from
-the history, or 1 s) and again after every periodic save that blocked, when this attempt's
-own CSBT has just been measured. The history comes from the caller (the trainer reads the
-job's events file or the ETT store), so the rule itself does no I/O and imports no torch.
+(`airflow_ett.ett.checkpoint_math.auto_interval`) from what a save costs the loop and the
+job's failure history, bounded below by that same cost (`interval_floor`: a save costs at
+most a tenth of the time between saves and commits before the next begins). "auto"
+chooses once when training starts (the cost from the history's CSBT, or 1 s) and again
+after each save the loop has measured (`save_cost.MeasuredSave`: its blocking plus the
+slowdown of the steps beside it). The history comes from the caller (the trainer reads
+the job's events file or the ETT store), so the rule itself does no I/O and imports no
+torch.
 """
 
 from __future__ import annotations
@@ -16,21 +19,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_ett.ett.checkpoint_math import auto_interval
+from airflow_ett.ett.checkpoint_math import auto_interval, interval_floor
 
 if TYPE_CHECKING:
     from airflow_ett.trainer.config import TrainerConfig
+    from airflow_ett.trainer.save_cost import MeasuredSave
 
 log = logging.getLogger("airflow_ett.trainer")
 
 #: (effective training seconds, failures, mean blocking seconds per save or None) so far.
 History = Callable[[], tuple[float, int, float | None]]
 
+#: What a save is taken to cost before one is measured and with no history of one.
+UNMEASURED_COST_S = 1.0
+
 
 @dataclass(slots=True)
 class IntervalPolicy:
     """Due every `steps` steps, else every `seconds`; with `history` ("auto") `seconds` is
-    chosen by `start` and re-chosen by `saved`. Neither set: never due."""
+    chosen by `start` and re-chosen by `measured`. Neither set: never due."""
 
     steps: int | None = None
     seconds: float | None = None
@@ -48,7 +55,7 @@ class IntervalPolicy:
         """Training starts at `step`. Under "auto" the first choice comes first, so that a
         slow history read does not count towards the first interval."""
         if self.history is not None:
-            self.seconds = self._choose(csbt_s=None)
+            self.seconds = self._choose(None)
         self.last_step, self.last_time = step, time.time() if now is None else now
 
     def due(self, step: int, now: float) -> bool:
@@ -75,22 +82,38 @@ class IntervalPolicy:
                 ahead.append(max(now, self.last_time + self.seconds))
         return min(ahead, default=None)
 
-    def saved(self, step: int, now: float, blocking_s: float) -> None:
-        """A periodic save at `step` returned at `now` after blocking `blocking_s`."""
+    def saved(self, step: int, now: float) -> None:
+        """A periodic save at `step` returned at `now`: the next interval starts."""
         self.last_step, self.last_time = step, now
-        if self.history is not None and blocking_s:
-            self.seconds = self._choose(csbt_s=blocking_s)
 
-    def _choose(self, csbt_s: float | None) -> float:
+    def measured(self, save: MeasuredSave) -> None:
+        """The loop has measured a periodic save: under "auto", choose again from its cost
+        (a save that cost nothing measurable keeps the choice)."""
+        if self.history is not None and save.cost_s > 0:
+            self.seconds = self._choose(save)
+
+    def _choose(self, save: MeasuredSave | None) -> float:
         assert self.history is not None
         train_s, failures, history_csbt = self.history()
-        csbt = csbt_s if csbt_s is not None else (history_csbt or 1.0)
-        choice = auto_interval(csbt, train_s=train_s, failures=failures)
-        log.info(
-            "checkpoint interval auto: %.1fs (%s; CSBT %.3fs, MTBF %s)",
+        if save is None:
+            cost, save_s, what = history_csbt or UNMEASURED_COST_S, 0.0, "CSBT"
+        else:
+            cost, save_s, what = save.cost_s, save.duration_s, "cost"
+        choice = auto_interval(cost, train_s=train_s, failures=failures,
+                               min_s=interval_floor(cost, save_s))
+        slowdown = ("" if save is None or save.slowdown_s is None
+                    else f" = blocking {save.blocking_s:.3f}s + slowdown {save.slowdown_s:.3f}s")
+        # chosen again after every save: said when it moves by a tenth or more
+        moved = (self.seconds is None
+                 or abs(choice.interval_s - self.seconds) >= 0.1 * self.seconds)
+        log.log(
+            logging.INFO if moved else logging.DEBUG,
+            "checkpoint interval auto: %.1fs (%s; %s %.3fs%s, MTBF %s)",
             choice.interval_s,
             choice.method,
-            csbt,
+            what,
+            cost,
+            slowdown,
             f"{choice.mtbf_s:.0f}s" if choice.mtbf_s else "unknown",
         )
         return choice.interval_s

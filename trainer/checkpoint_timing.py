@@ -5,7 +5,9 @@ An attempt saves at four moments and no other:
 - periodic: after a step, when `SaveTiming.due` says so: the interval rule
   (`checkpoint_interval.IntervalPolicy`: steps, seconds or "auto"), one answer on every
   rank, never at the last step (the final save is that one). `Trainer._maybe_checkpoint`
-  saves and tells the rule (`saved`).
+  saves and tells the rule (`saved`); every step's end is told too (`step_ended`), so
+  that what each save cost the steps beside it is measured (`save_cost`) and "auto"
+  chooses from that.
 - leaving at a checkpoint: a periodic save is where an `at_checkpoint` request is
   claimed; the attempt leaves once that save has committed, saving again only if it
   failed (`leaving.Leaving.at_checkpoint`).
@@ -21,7 +23,7 @@ the job's failure history (`_history`: its events file or the ETT store).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -29,6 +31,7 @@ import torch.distributed as dist
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.identity import DistEnv
+from airflow_ett.trainer.save_cost import MeasuredSave, SaveCost
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -41,6 +44,7 @@ class SaveTiming:
     interval: IntervalPolicy
     env: DistEnv
     last_step: int
+    cost: SaveCost = field(default_factory=SaveCost)
 
     @classmethod
     def from_config(cls, cfg: TrainerConfig, job_id: str, env: DistEnv) -> SaveTiming:
@@ -72,9 +76,28 @@ class SaveTiming:
         dist.broadcast(flag, src=0)
         return bool(flag.item())
 
-    def saved(self, step: int, now: float, blocking_s: float) -> None:
-        """A periodic save at `step` returned at `now` after blocking `blocking_s`."""
-        self.interval.saved(step, now, blocking_s)
+    def saved(self, step: int, started: float, returned: float, blocking_s: float, *,
+              in_flight: bool) -> None:
+        """A periodic save at `step`, called at `started`, returned at `returned` after
+        blocking `blocking_s`; `in_flight`: it goes on in the background."""
+        self.interval.saved(step, returned)
+        self._measured(self.cost.save_returned(step, started, returned, blocking_s,
+                                               in_flight=in_flight))
+
+    def step_ended(self, now: float, *, saving: bool) -> MeasuredSave | None:
+        """A step ended at `now` (`saving`: a save is in flight); when that completes the
+        measure of a save, "auto" chooses again from its cost."""
+        return self._measured(self.cost.step_ended(now, saving=saving))
+
+    def _measured(self, save: MeasuredSave | None) -> MeasuredSave | None:
+        if save is not None:
+            log.debug("checkpoint step %d cost the loop %.3fs: blocking %.3fs + slowdown %s "
+                      "over %d steps; committed %.2fs after it began", save.step,
+                      save.cost_s, save.blocking_s,
+                      "unknown" if save.slowdown_s is None else f"{save.slowdown_s:.3f}s",
+                      save.steps, save.duration_s)
+            self.interval.measured(save)
+        return save
 
     def next_save_ts(self, step: int, now: float, step_s: float | None) -> float | None:
         """When the next save is expected to begin (`progress.Schedule`)."""

@@ -374,9 +374,11 @@ class Trainer:
         progress.flush(now)
         # before the save: see `manager.broadcast`
         request = self.leaving.claim_at_save(self.manager, since=self.process_start)
+        started = time.time()
         result = self.save()
+        self.timing.saved(self.step, started, time.time(), result.blocking_s,
+                          in_flight=bool(self.saves_in_flight))
         beat()
-        self.timing.saved(self.step, time.time(), result.blocking_s)
         if request is None:
             return False
         self.leaving.at_checkpoint(request, self.manager, self.step, self.save)
@@ -421,6 +423,7 @@ class Trainer:
             if self.step == first_step + 1:
                 self._after_first_step()
             beat()
+            self.timing.step_ended(now, saving=bool(self.saves_in_flight))
             if self._maybe_checkpoint(now, progress, beat):
                 return EXIT_PREEMPTED
             steps.step_done(self.step, loss, now)

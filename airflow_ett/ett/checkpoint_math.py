@@ -81,6 +81,26 @@ def estimate_mtbf(train_s: float, failures: int) -> float | None:
     return train / failures
 
 
+#: The most of the time between two saves that a save may cost the loop: the lower bound
+#: of the auto interval is the save's cost over this share (`interval_floor`).
+MAX_SAVE_SHARE = 0.1
+
+
+def interval_floor(cost_s: float, save_s: float = 0.0, *,
+                   max_share: float = MAX_SAVE_SHARE) -> float:
+    """The shortest interval worth taking for a save that costs the loop `cost_s` (its
+    blocking plus the slowdown of the steps that run beside it) and takes `save_s` from
+    its start to its commit: the save costs at most `max_share` of the time between
+    saves, and it has committed before the next begins (one save in flight at a time).
+    Set by what a save costs this job, where a fixed floor would be too long for a cheap
+    save (the replay after a failure grows with it) and too short for a dear one."""
+    cost = _positive("cost_s", cost_s)
+    share = _positive("max_share", max_share)
+    if share > 1:
+        raise CheckpointMathError(f"max_share must be <= 1, got {max_share!r}")
+    return max(cost / share, _positive("save_s", save_s, allow_zero=True))
+
+
 @dataclass(frozen=True, slots=True)
 class IntervalChoice:
     interval_s: float
@@ -94,16 +114,18 @@ def auto_interval(
     train_s: float,
     failures: int,
     *,
-    min_s: float = 30.0,
+    min_s: float,
     max_s: float = 3600.0,
     method: str = "daly",
 ) -> IntervalChoice:
     """The interval the trainer uses for `checkpoint_interval="auto"`: Daly's (or Young's)
-    optimum from the measured blocking time and this job's failure history, clamped to
-    `[min_s, max_s]` so that a lucky history cannot stop checkpointing altogether. With
-    nothing trained yet (no MTBF, or failures that all came before any training) it is
-    `min_s`: the first interval measures the save cost, and the failure-free time that
-    follows lengthens the interval (`estimate_mtbf`)."""
+    optimum from what a save costs (`csbt_s`: its blocking, plus the slowdown of the steps
+    beside it where measured) and this job's failure history, clamped to `[min_s, max_s]`
+    (the trainer's `min_s` is `interval_floor` of the same cost) so that a lucky history
+    cannot stop checkpointing altogether. With nothing trained yet (no MTBF, or failures
+    that all came before any training) it is `min_s`: the first interval measures the
+    save cost, and the failure-free time that follows lengthens the interval
+    (`estimate_mtbf`)."""
     lo = _positive("min_s", min_s)
     hi = _positive("max_s", max_s)
     if lo > hi:

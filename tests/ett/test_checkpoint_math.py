@@ -14,6 +14,7 @@ from airflow_ett.ett.checkpoint_math import (
     auto_interval,
     daly_interval,
     estimate_mtbf,
+    interval_floor,
     unsaved_training_time,
     wasted_training_time,
     young_interval,
@@ -129,7 +130,7 @@ def test_wtt_grows_with_save_cost_and_failure_rate(
 
 
 def test_auto_interval_uses_history_and_clamps() -> None:
-    choice = auto_interval(2.0, train_s=36_000.0, failures=10)  # MTBF 3600
+    choice = auto_interval(2.0, train_s=36_000.0, failures=10, min_s=30.0)  # MTBF 3600
     assert choice == IntervalChoice(daly_interval(2.0, 3600.0), "daly", 3600.0, 2.0)
     assert estimate_mtbf(100.0, 4) == 25.0
     assert estimate_mtbf(100.0, 0) == 100.0  # failure-free so far: as if one were due now
@@ -140,8 +141,8 @@ def test_auto_interval_uses_history_and_clamps() -> None:
 def test_with_no_failure_yet_the_interval_starts_at_the_floor_and_grows_with_time() -> None:
     # The failure-free time stands in for the MTBF: one failure's worth of history at
     # every point, so the first failure never costs more than the interval then in force.
-    chosen = [auto_interval(0.5, train_s=t, failures=0) for t in (0.0, 60.0, 1800.0,
-                                                                  3600.0, 36_000.0)]
+    chosen = [auto_interval(0.5, train_s=t, failures=0, min_s=30.0)
+              for t in (0.0, 60.0, 1800.0, 3600.0, 36_000.0)]
     assert [c.method for c in chosen] == ["min", "min", "daly", "daly", "daly"]
     assert chosen[0] == IntervalChoice(30.0, "min", None, 0.5)
     assert chosen[2].interval_s == daly_interval(0.5, 1800.0)  # ~42 s
@@ -149,7 +150,8 @@ def test_with_no_failure_yet_the_interval_starts_at_the_floor_and_grows_with_tim
     intervals = [c.interval_s for c in chosen]
     assert intervals == sorted(intervals) and intervals[-1] < 3600.0
     # continuous at the first failure: T failure-free seconds or one failure in T
-    assert auto_interval(0.5, 900.0, 0).interval_s == auto_interval(0.5, 900.0, 1).interval_s
+    assert (auto_interval(0.5, 900.0, 0, min_s=30.0).interval_s
+            == auto_interval(0.5, 900.0, 1, min_s=30.0).interval_s)
 
 
 @pytest.mark.parametrize(
@@ -159,14 +161,14 @@ def test_with_no_failure_yet_the_interval_starts_at_the_floor_and_grows_with_tim
         ((2.0, 36_000.0, 0), {}, IntervalChoice(daly_interval(2.0, 36_000.0), "daly",
                                                 36_000.0, 2.0)),
         ((2.0, 36_000.0, 0), {"max_s": 300}, IntervalChoice(300.0, "max", 36_000.0, 2.0)),
-        # nothing trained yet: the floor (default 30 s), MTBF unknown
+        # nothing trained yet: the floor (30 s unless given), MTBF unknown
         ((2.0, 0.0, 0), {}, IntervalChoice(30.0, "min", None, 2.0)),
         ((2.0, 0.0, 0), {"min_s": 60}, IntervalChoice(60.0, "min", None, 2.0)),
         # failures but no training time yet: MTBF 0 says nothing either: the floor
         ((2.0, 0.0, 3), {}, IntervalChoice(30.0, "min", 0.0, 2.0)),
-        # free saves: checkpoint as often as allowed (default 30 s)
+        # free saves: checkpoint as often as allowed (30 s)
         ((0.0, 100.0, 2), {}, IntervalChoice(30.0, "min", 50.0, 0.0)),
-        # the optimum (~1.4 s) is below the floor: default floor 30 s
+        # the optimum (~1.4 s) is below the floor: floor 30 s
         ((0.001, 100.0, 50), {}, IntervalChoice(30.0, "min", 2.0, 0.001)),
         ((0.001, 100.0, 50), {"min_s": 10}, IntervalChoice(10.0, "min", 2.0, 0.001)),
         # an MTBF of exactly 1 s is still a history to optimise for
@@ -205,7 +207,7 @@ def test_with_no_failure_yet_the_interval_starts_at_the_floor_and_grows_with_tim
 def test_auto_interval_choices(
     args: tuple[float, float, int], kwargs: dict[str, object], expected: IntervalChoice
 ) -> None:
-    choice = auto_interval(*args, **kwargs)  # type: ignore[arg-type]
+    choice = auto_interval(*args, **{"min_s": 30.0, **kwargs})  # type: ignore[arg-type]
     assert choice == expected
     assert type(choice.interval_s) is float and type(choice.csbt_s) is float
 
@@ -223,6 +225,23 @@ def test_auto_interval_stays_within_bounds(
         assert choice.mtbf_s is not None
         optimum = daly_interval if method == "daly" else young_interval
         assert choice.interval_s == optimum(csbt, choice.mtbf_s)
+
+
+def test_the_floor_is_set_by_what_a_save_costs() -> None:
+    # a save costing 0.3 s may come every 3 s (a tenth of the time between saves) ...
+    assert interval_floor(0.3) == pytest.approx(3.0)
+    assert interval_floor(0.3, max_share=0.05) == pytest.approx(6.0)
+    # ... but not before the one in flight has committed
+    assert interval_floor(0.3, save_s=4.5) == 4.5
+    # a dear save, a long floor: no fixed 30 s either way
+    assert interval_floor(12.0, save_s=20.0) == pytest.approx(120.0)
+
+
+@given(st.floats(1e-6, 600), st.floats(0, 600), st.floats(1e-3, 1.0))
+def test_a_save_never_costs_more_than_its_share_of_the_floor(
+        cost: float, save: float, share: float) -> None:
+    floor = interval_floor(cost, save, max_share=share)
+    assert floor >= save and cost / floor <= share * (1 + 1e-9)
 
 
 # The message is the contract: it names the argument, the bound and the value given.
@@ -251,17 +270,20 @@ GE0 = "must be a finite number >= 0, got"
         (lambda: estimate_mtbf(-1, 1), f"train_s {GE0} -1"),
         (lambda: estimate_mtbf(math.nan, 1), f"train_s {GE0} nan"),
         (lambda: estimate_mtbf(10, -1), "failures must be >= 0, got -1"),
-        (lambda: auto_interval(-1, 10, 1), f"csbt_s {GE0} -1"),
-        (lambda: auto_interval(1, -10, 1), f"train_s {GE0} -10"),
-        (lambda: auto_interval(1, 10, -1), "failures must be >= 0, got -1"),
+        (lambda: auto_interval(-1, 10, 1, min_s=30), f"csbt_s {GE0} -1"),
+        (lambda: auto_interval(1, -10, 1, min_s=30), f"train_s {GE0} -10"),
+        (lambda: auto_interval(1, 10, -1, min_s=30), "failures must be >= 0, got -1"),
         (lambda: auto_interval(1, 10, 1, min_s=0), f"min_s {GT0} 0"),
-        (lambda: auto_interval(1, 10, 1, max_s=math.inf), f"max_s {GT0} inf"),
+        (lambda: interval_floor(0), f"cost_s {GT0} 0"),
+        (lambda: interval_floor(1, -1), f"save_s {GE0} -1"),
+        (lambda: interval_floor(1, max_share=2), "max_share must be <= 1, got 2"),
+        (lambda: auto_interval(1, 10, 1, max_s=math.inf, min_s=30), f"max_s {GT0} inf"),
         (
             lambda: auto_interval(1, 10, 1, min_s=100, max_s=10),
             "min_s (100.0) must be <= max_s (10.0)",
         ),
         (
-            lambda: auto_interval(1, 10, 1, method="magic"),
+            lambda: auto_interval(1, 10, 1, method="magic", min_s=30),
             "method must be 'daly' or 'young', got 'magic'",
         ),
     ],

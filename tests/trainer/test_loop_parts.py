@@ -14,9 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_ett.ett.checkpoint_math import daly_interval, interval_floor
 from airflow_ett.trainer.checkpoint_interval import IntervalPolicy
 from airflow_ett.trainer.config import FaultSpec, config_from_mapping
 from airflow_ett.trainer.faults import FAULT_KINDS, FaultInjector, FaultKind, InjectedFault
+from airflow_ett.trainer.save_cost import MeasuredSave
 
 # -- the interval policy -----------------------------------------------------------------
 
@@ -25,7 +27,7 @@ def test_every_n_steps_counts_from_the_last_save() -> None:
     policy = IntervalPolicy(steps=3)
     policy.start(10, now=0.0)
     assert [policy.due(s, 1e9) for s in (11, 12, 13)] == [False, False, True]
-    policy.saved(13, now=5.0, blocking_s=0.1)
+    policy.saved(13, now=5.0)
     assert not policy.due(15, 1e9) and policy.due(16, 0.0)
 
 
@@ -33,7 +35,7 @@ def test_every_n_seconds_counts_from_the_last_save() -> None:
     policy = IntervalPolicy(seconds=30.0)
     policy.start(0, now=100.0)
     assert not policy.due(999, 129.9) and policy.due(1, 130.0)
-    policy.saved(1, now=131.0, blocking_s=0.0)
+    policy.saved(1, now=131.0)
     assert not policy.due(2, 160.0) and policy.due(2, 161.0)
 
 
@@ -42,7 +44,7 @@ def test_the_next_save_is_announced_by_time_or_by_steps_at_the_step_rate() -> No
     by_time.start(0, now=100.0)
     assert by_time.next_save_ts(5, 110.0, 0.5, last_step=1000) == 130.0
     assert by_time.next_save_ts(5, 140.0, 0.5, last_step=1000) == 140.0  # overdue: now
-    by_time.saved(60, now=131.0, blocking_s=0.0)
+    by_time.saved(60, now=131.0)
     assert by_time.next_save_ts(61, 132.0, None, last_step=1000) == 161.0  # no rate needed
     by_steps = IntervalPolicy(steps=100)
     by_steps.start(0, now=0.0)
@@ -92,16 +94,35 @@ def test_auto_chooses_at_start_and_again_after_each_save_that_blocked(
         return 36_000.0, 10, 2.0  # MTBF 3600 s, CSBT 2 s from earlier attempts
 
     policy = IntervalPolicy(history=history)
-    with caplog.at_level(logging.INFO, logger="airflow_ett.trainer"):
-        policy.start(0, now=0.0)
+    caplog.set_level(logging.INFO, logger="airflow_ett.trainer")
+    policy.start(0, now=0.0)
     first = policy.seconds
     assert first is not None and 30.0 < first < 3600.0 and len(calls) == 1
     assert "checkpoint interval auto:" in caplog.text and "CSBT 2.000s" in caplog.text
-    policy.saved(5, now=10.0, blocking_s=0.0)  # nothing measured: keep the choice
+    policy.saved(5, now=10.0)
+    policy.measured(MeasuredSave(5, 0.0, None, 0, 0.1))  # nothing measured: keep the choice
     assert policy.seconds == first and len(calls) == 1
-    policy.saved(6, now=20.0, blocking_s=0.5)  # a cheaper save: a shorter interval
+    policy.saved(6, now=20.0)  # a cheaper save (blocking + slowdown): a shorter interval
+    policy.measured(MeasuredSave(6, 0.2, 0.3, 4, 1.0))
     assert policy.seconds is not None and policy.seconds < first and len(calls) == 2
+    assert "cost 0.500s = blocking 0.200s + slowdown 0.300s" in caplog.text
     assert not policy.due(7, 20.0 + policy.seconds - 0.01) and policy.due(7, 20.0 + policy.seconds)
+
+
+def test_auto_is_bounded_below_by_what_a_save_costs_not_by_30_seconds() -> None:
+    trained = [0.0]  # failure-free seconds so far (the MTBF estimate); no CSBT on record
+    policy = IntervalPolicy(history=lambda: (trained[0], 0, None))
+    policy.start(0, now=0.0)
+    assert policy.seconds == interval_floor(1.0)  # an unmeasured save is taken at 1 s
+    trained[0] = 60.0
+    cheap = MeasuredSave(step=40, blocking_s=0.004, slowdown_s=0.3, steps=6, duration_s=0.8)
+    policy.measured(cheap)
+    assert policy.seconds == pytest.approx(daly_interval(cheap.cost_s, 60.0))
+    assert interval_floor(cheap.cost_s, 0.8) <= policy.seconds < 30.0
+    # a save dearer than the optimum allows: the floor, a tenth of the time between saves
+    dear = MeasuredSave(step=80, blocking_s=2.0, slowdown_s=4.0, steps=30, duration_s=9.0)
+    policy.measured(dear)
+    assert policy.seconds == interval_floor(6.0, 9.0) == pytest.approx(60.0)
 
 
 def test_from_config_reads_each_form_of_checkpoint_interval() -> None:
@@ -118,7 +139,7 @@ def test_from_config_reads_each_form_of_checkpoint_interval() -> None:
     auto = policy("auto")
     assert auto.history is history and auto.steps is None
     auto.start(0, now=0.0)
-    assert auto.seconds == 30.0  # nothing trained yet: the clamp's floor
+    assert auto.seconds == interval_floor(1.0)  # nothing trained yet: an unmeasured save's floor
 
 
 # -- the step logger ---------------------------------------------------------------------

@@ -226,8 +226,9 @@ def test_two_processes_shard_train_checkpoint_and_resume(tmp_path: Path) -> None
 
 
 def test_hang_stops_progress_until_killed_and_auto_interval_is_chosen(tmp_path: Path) -> None:
+    # hangs after 13 s of steps: after the first auto save (10 s) and the steps beside it
     config = write_config(tmp_path / "job.json", steps=1000, checkpoint_interval="auto",
-                          faults=[{"kind": "hang", "at_step": 8}])
+                          step_sleep_s=0.05, faults=[{"kind": "hang", "at_step": 260}])
     proc = subprocess.Popen(
         [sys.executable, "-m", "airflow_ett.trainer", "--config", str(config),
          "--job-id", "hang", "--attempt-number", "1"],
@@ -237,18 +238,25 @@ def test_hang_stops_progress_until_killed_and_auto_interval_is_chosen(tmp_path: 
     deadline = time.monotonic() + TIMEOUT
     for line in proc.stderr:
         seen.append(line)
-        if "fault injection: hang after step 8" in line or time.monotonic() > deadline:
+        if "fault injection: hang after step 260" in line or time.monotonic() > deadline:
             break
     time.sleep(2.0)  # hung: alive, no progress; the recorder still writes what it has
     assert proc.poll() is None, "".join(seen)[-2000:]
     proc.kill()
     proc.communicate(timeout=60)
     log = "".join(seen)
-    assert "checkpoint interval auto:" in log  # nothing trained yet: the 30 s floor
-    assert "checkpoint interval auto: 30.0s (min; CSBT 1.000s, MTBF unknown)" in log
+    # nothing trained yet: the floor of an unmeasured save's cost (1 s a save, a tenth)
+    assert "checkpoint interval auto: 10.0s (min; CSBT 1.000s, MTBF unknown)" in log, log
+    # the first save measured beside the steps it slowed; the interval chosen from that
+    chosen = re.search(r"checkpoint interval auto: ([0-9.]+)s \(\w+; cost ([0-9.]+)s = "
+                       r"blocking ([0-9.]+)s \+ slowdown ([0-9.]+)s, MTBF \d+s\)", log)
+    assert chosen is not None, log[-3000:]
+    cost, blocking, slowdown = (float(chosen.group(i)) for i in (2, 3, 4))
+    assert cost == pytest.approx(blocking + slowdown, abs=2e-3)
+    assert float(chosen.group(1)) < 30.0  # the old fixed floor: a cheap save, a short one
     events = read_events(str(tmp_path / "events.jsonl")).events
     steps = [e.step_end for e in events if type(e).__name__ == "Progress"]
-    assert max(steps) == 8
+    assert max(steps) == 260
     d = attribute_job(events, now=time.time()).to_dict()
     assert d["attempts"][0]["status"] == "running"  # nobody told it ended: still going
 
