@@ -1,11 +1,11 @@
 """One compile in a fresh process, measured: the child that compile-cache tests and
 `bench/compile_cache.py` start.
 
-A compile has to be measured in a process of its own: torch keeps compiled code, loaded
-kernels and cache lookups in memory, so a second compile in the same process says nothing
-about a restarted job. This module builds a small model from plain torch modules,
-activates a `CompileCache`, compiles, runs a few training steps (forward, backward,
-optimizer step, so the backward graph is compiled too), optionally saves the cache, and
+A compile is measured in a process of its own (torch keeps compiled code, kernels and
+cache lookups in memory: a second compile in one process says nothing). This module
+builds a small model from plain torch modules, activates a `CompileCache`, compiles,
+runs a few training steps (forward, backward, optimizer: the backward graph is compiled
+too), optionally saves the cache, and
 prints one line `COMPILE_PROBE {json}` with the timings, the `CacheLoad` and
 `compile_counters()`.
 
@@ -27,14 +27,8 @@ Models (plain torch, no torchrec, so they compile the same on any host):
   interaction (64 + 36 features), over arch -> 512 -> 256 -> 1. Like the trainer, the
   dense arch, interaction and over arch are compiled as three modules.
 
-usage: python -m airflow_ett.trainer.compile_probe --root DIR [--local-dir DIR]
-       [--model mlp|dlrm-dense] [--cache on|artifacts-only|off] [--save] [--steps N]
-       [--batch N] [--config-extra JSON] [--no-compile] [--precompiled-headers]
-       [--compile precompiled|jit] [--device cpu|cuda]
-
-`--device cuda` builds the model and batch on the GPU (inductor then writes Triton
-kernels, and the cache key carries the GPU's compute capability) and synchronizes the
-device before each time it reads.
+`--device cuda` builds the model and batch on the GPU (Triton kernels; the key carries
+the compute capability) and synchronizes before each time it reads. `--help`: the rest.
 """
 
 from __future__ import annotations

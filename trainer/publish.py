@@ -1,10 +1,9 @@
 """Publish a trained model: the newest committed checkpoint, as a versioned portable artifact.
 
-A checkpoint is the trainer's private restart state (DCP shards, optimizer state, RNG,
-tied to a world size); what a consumer needs is the model alone, in a format any
-framework reads, with a record of what it is. `publish_model` loads the newest *valid*
-committed checkpoint on CPU (the same validation a restart does: markers, checksums,
-fallback) and writes
+A checkpoint is private restart state (DCP shards, optimizer, RNG, a world size); a
+consumer needs the model alone, in a format any framework reads, and what it is.
+`publish_model` loads the newest *valid* committed checkpoint on CPU (validated as a
+restart does: markers, checksums, fallback) and writes
 
     <out_root>/<model name>/v<N>/weights.safetensors   the model's state dict
     <out_root>/<model name>/v<N>/manifest.json         what it is (see `publish_model`)
@@ -12,12 +11,10 @@ fallback) and writes
 
 with these promises:
 
-1. **Versions are never shared.** N is allocated by an atomic `mkdir` of the version's
-   temp directory `.v<N>.partial` (next to the versions, so on the same filesystem): of
-   two publishers racing for N one gets EEXIST and moves on to N+1. Whoever created it
-   also checks that `v<N>` does not exist yet (a publisher that listed the versions
-   before another renamed its `v<N>` into place); since the temp directory exists from
-   its mkdir until the rename, the two checks together leave no gap.
+1. **Versions are never shared.** N is allocated by an atomic `mkdir` of the temp
+   directory `.v<N>.partial` beside the versions (of two racing publishers one gets
+   EEXIST and moves on to N+1), whose creator then checks `v<N>` does not exist yet:
+   the temp directory lives from its mkdir to the rename, so no gap is left.
 2. **A version is whole or absent.** Everything is written and fsynced inside the temp
    directory, which is then renamed to `v<N>` (atomic) and the parent fsynced: a reader
    never sees a half-written `v<N>`. A crash leaves a `.v<N>.partial` that readers

@@ -1,12 +1,9 @@
 """Which rank's failure is a multi-rank attempt's root cause: a pure decision.
 
 Under torchrun the launcher sees one exit code, torchrun's own: 1 whenever any rank
-failed, whatever the cause. torchrun's error file does not fix that (what torch 2.13
-writes was measured: docs/decisions/0017-multi-rank.md): a SIGKILLed rank and a rank
-leaving with one of our exit codes (70, 75, 78) write no error file, its timestamps are
-whole seconds, and its "root cause" can be a survivor's consequence: when one rank
-leaves, its peers fail in their next collective (gloo: "Connection closed by peer", a
-plain RuntimeError) or are SIGTERMed by torchrun, and those errors are recorded too.
+failed. Its error file does not tell more (measured: docs/decisions/0017-multi-rank.md):
+a SIGKILLed rank, or one leaving with our exit codes, writes none, and its "root cause"
+can be a survivor's consequence (peers fail in their next collective or are SIGTERMed).
 
 So each rank leaves an exit record (`protocol.exits.ExitRecord`): its exit code,
 when it failed, and when it got a SIGTERM, if it did. A rank that was killed without
@@ -25,10 +22,9 @@ failure the others followed, by tiers (the first non-empty tier decides):
    task's on_kill); the earliest SIGTERM wins, and the cause is preemption whatever the
    rank's exit code (an error while leaving is part of leaving).
 
-Within a tier, ties go to the lower rank, so the verdict never depends on the order the
-records were read. The known blind spot: a rank that raised first, then a peer that
-ignored torchrun's SIGTERM for its 30 s and was SIGKILLed, reads as tier 2 (infra, not
-application); both are retried, and our trainer's SIGTERM handling makes it rare.
+Within a tier, ties go to the lower rank (the verdict never depends on reading order).
+Blind spot (decision 0017): a rank raising first, then a peer SIGKILLed after ignoring
+torchrun's SIGTERM for 30 s, reads as tier 2 (infra); both are retried.
 
 No torch, no Airflow, no files: the launcher reads the records (`parse_exit_record`
 validates one) and decides here.
