@@ -10,12 +10,11 @@ config declared in the DAG file, the DAG run's params (the trigger form), and
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Required, TypedDict
+from typing import Final, TypedDict
 
 from airflow_ett._fs import atomic_write
 from airflow_ett.trainer.config import (
@@ -25,7 +24,16 @@ from airflow_ett.trainer.config import (
     TrainerConfig,
     check_fault_ranks,
     config_from_mapping,
+    trainer_file_bytes,
 )
+
+# The trainer config, as the operators hold and write it: the trainer's own file format
+# (`trainer.config`), which the trainer reads field by field (`config_from_mapping`).
+from airflow_ett.trainer.config import FaultEntry as FaultEntry
+from airflow_ett.trainer.config import OwnerParts as OwnerParts
+from airflow_ett.trainer.config import TrainerFile as TrainerFile
+from airflow_ett.trainer.config import TrainerOptions as TrainerOptions
+from airflow_ett.trainer.config import TrainerSpec as TrainerSpec
 from airflow_ett.trainer.faults import FAULT_KINDS as TRAINER_FAULT_KINDS
 from airflow_ett.trainer.preflight import (
     check_cursor_range,
@@ -56,73 +64,6 @@ PARAM_NAMES: Final = ("steps", "inject_fault", "fault_at_step", "fault_attempt",
 
 class JobConfigError(ValueError):
     """A lifecycle job that cannot run; the message names the parameter and value."""
-
-
-# -- the trainer config, as the operators hold and write it -----------------------------
-# The trainer reads every field (`airflow_ett.trainer.config.config_from_mapping`); these
-# say which fields there are and what the operators put in them. Tables the operators do
-# not look into (a DLRM's config, an owner's `model_config`, the `data` table, read by
-# `trainer.schema.read_data_spec`) stay mappings.
-
-
-class FaultEntry(TypedDict, total=False):
-    """One injected failure of `faults` (`trainer.faults.FaultSpec`, read field by field
-    by the trainer)."""
-
-    kind: Required[str]
-    at_step: Required[int]
-    attempt: int | None
-    seconds: float  # a `slow_save`'s extra time
-    rank: int | None
-
-
-class TrainerOptions(TypedDict, total=False):
-    """The trainer config's plain fields: `training_job(trainer_options=...)`, every
-    field but the ones the factory has a parameter for (or the operators manage)."""
-
-    seed: int
-    batch_size: int
-    lr_dense: float
-    lr_sparse: float
-    num_workers: int
-    prefetch: int
-    data_startup_latency_s: float
-    compile: bool
-    keep_last: int
-    grace_s: float
-    log_every_s: float
-    step_sleep_s: float
-    hang_timeout_s: float | None
-
-
-class OwnerParts(TypedDict, total=False):
-    """An owner's model and data (docs/model-contract.md), resolved at parse time: the
-    table passed to the factory, the folder its code was found in, the `data` table."""
-
-    model_config: Mapping[str, object]
-    model_code_path: str
-    data: Mapping[str, object]
-
-
-class TrainerSpec(TrainerOptions, OwnerParts, total=False):
-    """A job's trainer config as a DAG declares it (`trainer_config=` of the operators):
-    everything but the paths the operators manage (`MANAGED_FIELDS`)."""
-
-    model: Required[str | Mapping[str, object]]  # a bundled name, a DLRM table, "pkg.mod:fn"
-    steps: Required[int]
-    checkpoint_interval: int | str  # steps, seconds ("30s") or "auto"
-    faults: list[FaultEntry]
-    optimizations: Mapping[str, bool]
-
-
-class TrainerFile(TrainerSpec, total=False):
-    """`<job>/trainer.json`, what crosses from the operators to the trainer process: the
-    run's `TrainerSpec` (the trigger form applied) with the job's paths. One writer
-    (`materialize`, every task of the job the same bytes), one reader (the trainer's
-    `trainer.config.load_config`, `--config`)."""
-
-    checkpoint_dir: Required[str]
-    compile_cache_dir: str
 
 
 class Placement(TypedDict, total=False):
@@ -303,10 +244,9 @@ def materialize(config: TrainerSpec, params: Mapping[str, object] | None,
         parsed = config_from_mapping(data)
     except ConfigError as exc:
         raise JobConfigError(str(exc)) from None
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     try:
         paths.job_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(paths.config_file, text.encode("utf-8"), mode=0o600)
+        atomic_write(paths.config_file, trainer_file_bytes(data), mode=0o600)
     except (PermissionError, NotADirectoryError, FileExistsError) as exc:
         # a setup mistake, not a passing fault: retrying cannot fix it
         raise JobConfigError(f"work_dir = {str(paths.work_dir)!r}: cannot write the job's "

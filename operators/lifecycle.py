@@ -71,14 +71,12 @@ def _roles_mapping(name: str, value: object) -> dict[str, str]:
     "dictionary update sequence element #0 has length 3")."""
     if value is None:
         return {}
-    out = dict(_R.mapping(name, value))
-    unknown = sorted(set(out) - set(ROLES))
+    given = _R.mapping(name, value)
+    unknown = sorted(set(given) - set(ROLES))
     if unknown:
         raise JobConfigError(f"training_job: {name} has unknown key(s) {unknown}; known: "
                              f"{list(ROLES)}")
-    for key, item in out.items():
-        _R.text(f"{name}[{key!r}]", item)
-    return out
+    return {key: _R.text(f"{name}[{key!r}]", item) for key, item in given.items()}
 
 
 def _our_trainer(model: str | Mapping[str, object] | None, steps: int | None,

@@ -96,11 +96,13 @@ def check_command(where: str, command: object) -> list[str]:
     if len(items) > MAX_COMMAND_ARGS:
         raise r.fail("command", f"<{len(items)} items>", f"must have at most "
                                                          f"{MAX_COMMAND_ARGS} items")
+    argv: list[str] = []
     for i, item in enumerate(items):
-        r.text(f"command[{i}]", item, empty=i > 0, max_len=131_072)
-        if "\0" in item:
-            raise r.fail(f"command[{i}]", item, "must not hold a NUL byte")
-    return list(items)
+        arg = r.text(f"command[{i}]", item, empty=i > 0, max_len=131_072)
+        if "\0" in arg:
+            raise r.fail(f"command[{i}]", arg, "must not hold a NUL byte")
+        argv.append(arg)
+    return argv
 
 
 class _StopLaunches(threading.Event):

@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import NotRequired, TypedDict
 
 _T0 = time.perf_counter()
 
@@ -61,6 +61,27 @@ from airflow_ett.trainer.compile_cache import (  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _T0
 MARKER = "COMPILE_PROBE "
+
+
+class ProbeResult(TypedDict):
+    """The probe's one output line (after `MARKER`), which `main` writes and the
+    compile-cache tests and `bench/compile_cache.py` read."""
+
+    key: str
+    import_s: float
+    load: dict[str, object]  # the `CacheLoad`, as `dataclasses.asdict` gives it
+    # with a compile (not --no-compile):
+    first_step_s: NotRequired[float]
+    install_s: NotRequired[float]
+    compile_s: NotRequired[float]
+    breakdown: NotRequired[dict[str, float]]
+    step_s: NotRequired[float | None]
+    losses: NotRequired[list[float]]
+    counters: NotRequired[dict[str, int]]
+    needs_save: NotRequired[bool]
+    # with --save:
+    entry: NotRequired[str]
+    save_s: NotRequired[float]
 
 
 class SmallMLP(nn.Module):
@@ -212,7 +233,7 @@ def train_steps(model: nn.Module, batch: tuple[torch.Tensor, ...], steps: int,
     return times, losses, first
 
 
-def model_config(name: str, batch: int, extra: dict[str, Any]) -> dict[str, Any]:
+def model_config(name: str, batch: int, extra: dict[str, object]) -> dict[str, object]:
     return {"probe_model": name, "batch": batch, **extra}
 
 
@@ -252,9 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--device cuda: CUDA is not available here")
     device = torch.device(args.device)
 
-    key = cache_key(
-        model_config(args.model, args.batch, json.loads(args.config_extra)), device_kind(device)
-    )
+    extra = json.loads(args.config_extra)
+    if not isinstance(extra, dict):
+        parser.error("--config-extra: must be a JSON object")
+    key = cache_key(model_config(args.model, args.batch, extra), device_kind(device))
     cache = CompileCache(
         args.root,
         local_dir=args.local_dir,
@@ -269,23 +291,24 @@ def main(argv: list[str] | None = None) -> int:
         load = CacheLoad(key, False, False, False, 0.0, "cache off")
     else:
         load = cache.activate(key)
-    result: dict[str, Any] = {"key": key, "import_s": IMPORT_S, "load": asdict(load)}
+    result: ProbeResult = {"key": key, "import_s": IMPORT_S, "load": asdict(load)}
     if not args.no_compile:
         model, parts, batch = build(args.model, args.batch, device)
         precompile = args.cache == "on" and args.compile == "precompiled"
         install_s = compile_parts(parts, cache if precompile else None)
         times, losses, first = train_steps(model, batch, args.steps, device)
         breakdown = {**load.breakdown, "install": install_s, **first}
-        result.update(
-            first_step_s=times[0],
-            install_s=install_s,
-            compile_s=load.seconds + install_s + times[0],
-            breakdown=breakdown,
-            step_s=statistics.median(times[1:]) if len(times) > 1 else None,
-            losses=losses,
-            counters=compile_counters(),
-        )
-        logging.info("compiled: %s", format_counters(result["counters"]))
+        counters = compile_counters()
+        result.update({
+            "first_step_s": times[0],
+            "install_s": install_s,
+            "compile_s": load.seconds + install_s + times[0],
+            "breakdown": breakdown,
+            "step_s": statistics.median(times[1:]) if len(times) > 1 else None,
+            "losses": losses,
+            "counters": counters,
+        })
+        logging.info("compiled: %s", format_counters(counters))
         result["needs_save"] = cache.needs_save()
         if args.save:
             t = time.perf_counter()

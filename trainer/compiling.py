@@ -14,13 +14,14 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from airflow_ett.trainer.config import TrainerConfig
 
 if TYPE_CHECKING:  # inductor loads late
+    from airflow_ett.ett.events import ComponentName
     from airflow_ett.trainer.compile_cache import CompileCache
 
 log = logging.getLogger("airflow_ett.trainer")
@@ -30,7 +31,8 @@ class Phases(Protocol):
     """Where a start-up step's phase goes: the emitter, or a warm spare's recorder
     (`trainer/standby.py`), which reports it only once the spare is the attempt."""
 
-    def phase(self, name: str, component: Any = None) -> AbstractContextManager[str]: ...
+    def phase(self, name: str, component: ComponentName | None = None
+              ) -> AbstractContextManager[str]: ...
 
 
 def open_cache(cfg: TrainerConfig) -> CompileCache | None:

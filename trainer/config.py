@@ -8,11 +8,12 @@ startup on a typo is exactly the waste this project exists to remove.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, Required, TypedDict
 
 from airflow_ett._untrusted import UntrustedFileError, load_json, load_toml
 from airflow_ett.ett.events import MAX_WORLD_SIZE
@@ -27,7 +28,13 @@ from airflow_ett.trainer.model_spec import (
     read_model_spec,
 )
 from airflow_ett.trainer.readers import Reader, show
-from airflow_ett.trainer.schema import DataSpec, DataSpecError, read_data_spec, synthetic
+from airflow_ett.trainer.schema import (
+    DataSpec,
+    DataSpecError,
+    SchemaTable,
+    read_data_spec,
+    synthetic,
+)
 
 
 class ConfigError(ValueError):
@@ -75,6 +82,93 @@ def check_fault_ranks(faults: tuple[FaultSpec, ...], world_size: int) -> None:
                        f"must be below the job's world size ({world_size})")
 
 
+# -- the file, as its writers hold it -----------------------------------------------------
+# A trainer config is a TOML or JSON table: a person's own (`--config`), or `<job>/
+# trainer.json`, which the lifecycle operators write (`operators.job.materialize`, its one
+# writer; `load_config` its one reader). These say which fields there are and what goes
+# in them; the reader still checks every value (`config_from_mapping`): the file is
+# input. Tables the config only hands on (a DLRM's config, an owner's `model_config`, the
+# `data` table, read by `schema.read_data_spec`) stay mappings.
+
+
+class FaultEntry(TypedDict, total=False):
+    """One injected failure of `faults` (`faults.FaultSpec`, read field by field)."""
+
+    kind: Required[str]
+    at_step: Required[int]
+    attempt: int | None
+    seconds: float  # a `slow_save`'s extra time
+    rank: int | None
+
+
+class TrainerOptions(TypedDict, total=False):
+    """The config's plain fields: `training_job(trainer_options=...)`, every field but
+    the ones the factory has a parameter for (or the operators manage)."""
+
+    seed: int
+    batch_size: int
+    lr_dense: float
+    lr_sparse: float
+    num_workers: int
+    prefetch: int
+    data_startup_latency_s: float
+    compile: bool
+    keep_last: int
+    grace_s: float
+    log_every_s: float
+    step_sleep_s: float
+    hang_timeout_s: float | None
+
+
+class OwnerParts(TypedDict, total=False):
+    """An owner's model and data (docs/model-contract.md): the table passed to the
+    factory, the folder its code was found in, the `data` table."""
+
+    model_config: Mapping[str, object]
+    model_code_path: str
+    data: Mapping[str, object]
+
+
+class TrainerSpec(TrainerOptions, OwnerParts, total=False):
+    """A job's trainer config as a DAG declares it (`trainer_config=` of the operators):
+    every field but the paths the operators manage (`operators.job.MANAGED_FIELDS`)."""
+
+    model: Required[str | Mapping[str, object]]  # a bundled name, a DLRM table, "pkg.mod:fn"
+    steps: Required[int]
+    checkpoint_interval: int | str  # steps, seconds ("30s") or "auto"
+    faults: list[FaultEntry]
+    optimizations: Mapping[str, bool]
+
+
+class TrainerFile(TrainerSpec, total=False):
+    """`<job>/trainer.json`, what crosses from the operators to the trainer process: the
+    run's `TrainerSpec` (the trigger form applied) with the job's paths. One writer
+    (`operators.job.materialize`, through `trainer_file_bytes`: every task of the job the
+    same bytes), one reader (`load_config`, `--config`)."""
+
+    checkpoint_dir: Required[str]
+    compile_cache_dir: str
+
+
+class ConfigTable(TrainerFile, total=False):
+    """Every field a trainer config may hold: `TrainerFile`'s, and `events_file`, which a
+    config of a person's own may set (the operators never write it: events go to the
+    store)."""
+
+    events_file: str
+
+
+#: The fields a config must give, in the order a missing one is named. (Declared here:
+#: `Required[...]` is invisible at runtime under postponed annotations.)
+REQUIRED_FIELDS: Final = ("model", "steps", "checkpoint_dir")
+
+
+def trainer_file_bytes(table: TrainerFile) -> bytes:
+    """`<job>/trainer.json` as its one writer writes it: the same table, the same bytes
+    (sorted keys), so that whichever task writes first, every reader reads one config."""
+    return (json.dumps(table, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class Optimizations:
     fast_batch: bool = True  # compile on a synthetic batch while the data pipeline starts
@@ -84,6 +178,16 @@ class Optimizations:
     # the launcher keeps the next attempt's process warm (trainer/standby.py); a restart
     # hands over to it instead of starting cold. Off for a model that does not fit twice.
     warm_standby: bool = True
+
+
+class CacheIdentity(TypedDict):
+    """The model part of a compile-cache key (`TrainerConfig.cache_identity`)."""
+
+    name: str
+    factory: str
+    code: str
+    config: dict[str, object]
+    schema: SchemaTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +222,7 @@ class TrainerConfig:
         factory, its code, its config and the data schema (`ModelSpec.identity`)."""
         return self.model.identity(self.data.schema.fingerprint())
 
-    def cache_identity(self) -> dict[str, Any]:
+    def cache_identity(self) -> CacheIdentity:
         """The model part of the compile-cache key: everything of the identity, readable
         in the key's inputs (no path: two folders holding the same code share entries)."""
         return {"name": self.model.name, "factory": self.model.factory,
@@ -134,9 +238,6 @@ class TrainerConfig:
         if isinstance(value, str) and value.endswith("s") and value != "auto":
             return float(value[:-1])
         return None
-
-    def with_overrides(self, **changes: Any) -> TrainerConfig:
-        return replace(self, **changes)
 
 
 _R = Reader("trainer config", ConfigError)
@@ -183,19 +284,17 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, list | tuple):
         raise _bad("faults", raw, "must be a list of {kind, at_step, attempt}")
     out = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise _bad(f"faults[{i}]", item, "must be a table {kind, at_step, attempt}")
-        _R.mapping(f"faults[{i}]", item, known=_FAULT_KEYS)
-        kind = item.get("kind")
-        if kind not in FAULT_KINDS:
-            raise _bad(f"faults[{i}].kind", kind, f"must be {_one_of(FAULT_KINDS)}")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise _bad(f"faults[{i}]", entry, "must be a table {kind, at_step, attempt}")
+        item = _R.mapping(f"faults[{i}]", entry, known=_FAULT_KEYS)
+        kind = next((k for k in FAULT_KINDS if k == item.get("kind")), None)
+        if kind is None:
+            raise _bad(f"faults[{i}].kind", item.get("kind"), f"must be {_one_of(FAULT_KINDS)}")
         at_step = _R.integer(f"faults[{i}].at_step", item.get("at_step"), minimum=1,
                              maximum=MAX_STEPS)
-        attempt = item.get("attempt")
-        if attempt is not None:
-            attempt = _R.integer(f"faults[{i}].attempt", attempt, minimum=1,
-                                 maximum=MAX_ATTEMPT)
+        attempt = None if item.get("attempt") is None else _R.integer(
+            f"faults[{i}].attempt", item.get("attempt"), minimum=1, maximum=MAX_ATTEMPT)
         seconds = SLOW_SAVE_S
         if "seconds" in item:
             if kind != "slow_save":
@@ -203,10 +302,8 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
                            f"is for a 'slow_save' fault only, not {kind!r}")
             seconds = _R.number(f"faults[{i}].seconds", item["seconds"], minimum=0.0,
                                 maximum=MAX_DURATION_S)
-        rank = item.get("rank")
-        if rank is not None:
-            rank = _R.integer(f"faults[{i}].rank", rank, minimum=0,
-                              maximum=MAX_WORLD_SIZE - 1)
+        rank = None if item.get("rank") is None else _R.integer(
+            f"faults[{i}].rank", item.get("rank"), minimum=0, maximum=MAX_WORLD_SIZE - 1)
         out.append(FaultSpec(kind, at_step, attempt, seconds, rank))
     _no_overlap(out, raw)
     return tuple(out)
@@ -225,7 +322,7 @@ def _faults_within(faults: tuple[FaultSpec, ...], steps: int) -> None:
             raise _bad(f"faults[{i}].at_step", spec.at_step, why)
 
 
-def _no_overlap(faults: list[FaultSpec], raw: list[Any] | tuple[Any, ...]) -> None:
+def _no_overlap(faults: list[FaultSpec], raw: Sequence[object]) -> None:
     """The injector keeps one fault per step of an attempt on a rank: two that would both
     fire there are an error naming the second."""
     for i, spec in enumerate(faults):
@@ -239,9 +336,11 @@ def _no_overlap(faults: list[FaultSpec], raw: list[Any] | tuple[Any, ...]) -> No
                                                    "on a rank both hit")
 
 
-def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
+def config_from_mapping(data: Mapping[str, object], *, base_dir: Path | None = None
                         ) -> TrainerConfig:
-    """Every field through a typed reader: nothing a person typed is coerced."""
+    """A trainer config's table (`ConfigTable`'s fields; a `TrainerFile` as the
+    operators hold it, or what `load_config` read) as a `TrainerConfig`: every field
+    through a typed reader, nothing a person typed is coerced."""
     _check_top_level(data)
     base = base_dir or Path.cwd()
 
@@ -260,7 +359,7 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         return _R.number(name, value, minimum=0, maximum=maximum)
 
     model, data_spec = _model_and_data(data, base)
-    opts_raw = _optimizations(data.get("optimizations", {}))
+    optimizations = _optimizations(data.get("optimizations", {}))
     checkpoint_dir = path("checkpoint_dir")
     if checkpoint_dir is None:
         raise _bad("checkpoint_dir", None, "must be a path (a non-empty string)")
@@ -291,7 +390,7 @@ def config_from_mapping(data: Mapping[str, Any], *, base_dir: Path | None = None
         hang_timeout_s=None if hang is None else seconds("hang_timeout_s", 0.0, positive=True),
         events_file=path("events_file"),
         faults=faults,
-        optimizations=Optimizations(**opts_raw),
+        optimizations=optimizations,
         data=data_spec,
     )
 
@@ -316,7 +415,7 @@ def _bundled_data(name: str) -> DataSpec:
     return synthetic(config.num_dense, config.tables, config.ids_per_feature)
 
 
-def _model_and_data(data: Mapping[str, Any], base: Path) -> tuple[ModelSpec, DataSpec]:
+def _model_and_data(data: Mapping[str, object], base: Path) -> tuple[ModelSpec, DataSpec]:
     """`model`: a bundled DLRM's name or full config (its synthetic log unless `data`
     says otherwise), or an owner's factory `"pkg.module:build"` with `model_config`
     beside it and `data` required. One `ConfigError` line for anything wrong."""
@@ -356,32 +455,34 @@ def _check_top_level(data: object) -> None:
     """A table, with no field this trainer does not know and every required one present."""
     if not isinstance(data, Mapping):
         raise _bad("(top level)", data, "must be a table / JSON object")
-    known = {f.name for f in fields(TrainerConfig)} | {"model_config", "model_code_path"}
+    known = set(ConfigTable.__annotations__)
     unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise ConfigError(f"trainer config: unknown field(s) {unknown}; known: {sorted(known)}")
-    for required in ("model", "steps", "checkpoint_dir"):
+    for required in REQUIRED_FIELDS:
         if required not in data:
             raise ConfigError(f"trainer config: missing required field {required!r}")
 
 
-def _optimizations(raw: object) -> Mapping[str, Any]:
+def _optimizations(raw: object) -> Optimizations:
     """The `optimizations` table, every key a known switch and every value a boolean."""
     if not isinstance(raw, Mapping):
         raise _bad("optimizations", raw, "must be a table of booleans")
     opt_fields = {f.name for f in fields(Optimizations)}
+    switches: dict[str, bool] = {}
     for key, value in raw.items():
         if key not in opt_fields:
             raise _bad(f"optimizations.{key}", value, f"unknown; known: {sorted(opt_fields)}")
-        _R.boolean(f"optimizations.{key}", value)
-    return raw
+        switches[key] = _R.boolean(f"optimizations.{key}", value)
+    return replace(Optimizations(), **switches)
 
 
 def load_config(path: str | Path) -> TrainerConfig:
     """The config file at `path` (JSON when it ends in `.json`, else TOML), read bounded:
     a regular file (a FIFO or `/dev/zero` behind a symlink would hang or exhaust the
-    trainer) of at most `MAX_CONFIG_BYTES`, UTF-8, nested at most `_MAX_DEPTH` deep. Any
-    of those wrong is a `ConfigError` (one line, exit 78), never a traceback."""
+    trainer) of at most `MAX_CONFIG_BYTES`, UTF-8, nested at most `_MAX_DEPTH` deep. Each
+    of those wrong is a `ConfigError` (one line, exit 78), never a traceback. The reader of
+    `TrainerFile` (`<job>/trainer.json`) and of a person's own config alike."""
     file = Path(path)
     what = "trainer config"
     try:

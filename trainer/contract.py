@@ -34,13 +34,16 @@ import importlib
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
 
 from airflow_ett.trainer.model_spec import ModelSpec
 from airflow_ett.trainer.schema import DataSchema
+
+if TYPE_CHECKING:  # what `module(batch)` gets; torchrec loads where a batch is made
+    from torchrec.datasets.utils import Batch as TorchRecBatch
 
 
 class ModelContractError(ValueError):
@@ -53,7 +56,7 @@ class ModelContext:
 
     schema: DataSchema
     device: torch.device
-    config: Mapping[str, Any]
+    config: Mapping[str, object]  # the owner's `model_config` table: JSON values
     batch_size: int
     world_size: int = 1
 
@@ -168,7 +171,7 @@ def dense_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {n: p for n, p in model.named_parameters() if id(p) not in tables}
 
 
-def _detach(output: Any) -> Any:
+def _detach(output: object) -> object:
     """A table collection's output cut from the tables' autograd graph, still requiring a
     gradient (as in training), so that backward compiles the same graph and stops there."""
     from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedTensor
@@ -225,7 +228,7 @@ def compile_parts(model: nn.Module, parts: tuple[str, ...], *, dynamic: bool = F
             module.compile(dynamic=dynamic)
 
 
-def warm_compile(model: nn.Module, parts: tuple[str, ...], batch: Any) -> None:
+def warm_compile(model: nn.Module, parts: tuple[str, ...], batch: TorchRecBatch) -> None:
     """Compile the parts and run them forward and backward once on `batch` (a fast
     batch) with the tables detached: the graphs training runs, and no update."""
     compile_parts(model, parts)

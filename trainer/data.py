@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,9 @@ from airflow_ett.trainer.data_gen import (
     _check_rank,
     check_cursor,
 )
+
+if TYPE_CHECKING:
+    from torchrec.datasets.utils import Batch as TorchRecBatch
 
 __all__ = ["Batch", "ClickLogSpec", "DataPipeline", "fast_batch", "make_batch"]
 
@@ -62,7 +65,7 @@ class Batch:
     skipped: int = 0
     problems: tuple[str, ...] = ()
 
-    def model_input(self) -> Any:
+    def model_input(self) -> TorchRecBatch:
         """What the model contract's `module(batch)` gets: TorchRec's own `Batch`
         (`dense_features`, `sparse_features`, `labels`), the same tensors, no copy."""
         from torchrec.datasets.utils import Batch as TorchRecBatch

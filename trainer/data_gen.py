@@ -8,7 +8,7 @@ a fraction of a second instead of seconds; `data.py` turns the arrays into tenso
 `KeyedJaggedTensor` in the consumer, where torch is already loaded.
 
 Determinism: sample `i` is a pure function of `(seed, i)`, computed with counter-based
-hashing (splitmix64 over uint64 arrays) rather than a sequential RNG. Any batch can be
+hashing (splitmix64 over uint64 arrays) rather than a sequential RNG. Every batch can be
 generated alone, in any worker, in any order, so resuming at cursor `c` reproduces exactly
 the samples from `c` on, and the number of workers or ranks never changes the data.
 """
@@ -22,11 +22,12 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.context import SpawnProcess
+from multiprocessing.context import SpawnContext, SpawnProcess
 from multiprocessing.queues import Queue as MPQueue
-from typing import Any, NamedTuple, Protocol
+from multiprocessing.sharedctypes import Synchronized
+from typing import NamedTuple, ParamSpec, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -335,7 +336,7 @@ class _StopFlag:
     `close()` -- hang forever. A byte that workers poll cannot deadlock.
     """
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: SpawnContext) -> None:
         self._value = ctx.RawValue("b", 0)
 
     def set(self) -> None:
@@ -356,7 +357,27 @@ class _StopFlag:
 _GET_POLL_S = 0.1  # how often a waiting consumer checks that its worker is alive
 
 
-def _worker_entry(*args: Any) -> None:
+class _Made(NamedTuple):
+    """A worker's message: batch `number` (of the pool's sequence: worker k of n makes
+    k, k+n, ...), made. One writer (`_worker_main`), one reader (`WorkerPool.get`)."""
+
+    number: int
+    batch: RawBatch
+
+
+class _Failed(NamedTuple):
+    """A worker's last message: it failed making batch `number`, at `cursor`."""
+
+    number: int
+    cursor: int
+    traceback: str
+
+
+_Message = _Made | _Failed
+_P = ParamSpec("_P")
+
+
+def _worker_entry(main: Callable[_P, int], *args: _P.args, **kwargs: _P.kwargs) -> None:
     """Process target: run the worker, then leave with `os._exit`.
 
     Skipping the interpreter's teardown matters: when the parent's main script imports
@@ -366,7 +387,7 @@ def _worker_entry(*args: Any) -> None:
     """
     code = 1
     try:
-        code = _worker_main(*args)
+        code = main(*args, **kwargs)
     finally:
         os._exit(code)
 
@@ -375,10 +396,10 @@ def _worker_main(
     spec: Source,
     worker_id: int,
     num_workers: int,
-    start_at: Any,  # a shared `multiprocessing.Value`: the start cursor, -1 while unknown
+    start_at: Synchronized[int],  # the start cursor, shared: -1 while unknown
     rank: int,
     world_size: int,
-    out: MPQueue[Any],
+    out: MPQueue[_Message],
     stop: _StopFlag,
     parent_pid: int,
     startup_latency_s: float,
@@ -405,7 +426,7 @@ def _worker_main(
             cursor = start_cursor + index * world_size * spec.batch_size
             if fail_at is not None and cursor + world_size * spec.batch_size > fail_at:
                 raise RuntimeError(f"injected failure (inject_failure_at={fail_at})")
-            message = ("batch", index, spec.rank_batch(cursor, rank, world_size))
+            message = _Made(index, spec.rank_batch(cursor, rank, world_size))
             while True:
                 if stop.is_set() or os.getppid() != parent_pid:
                     out.cancel_join_thread()
@@ -420,13 +441,14 @@ def _worker_main(
         out.cancel_join_thread()
         return 0
     except BaseException:
-        out.put(("error", index, cursor, traceback.format_exc()))
+        out.put(_Failed(index, cursor, traceback.format_exc()))
         out.close()
         out.join_thread()  # the consumer must get this message: flush it into the pipe
         return 1
 
 
-def _connect(stop: _StopFlag, start_at: Any, parent_pid: int, startup_latency_s: float
+def _connect(stop: _StopFlag, start_at: Synchronized[int], parent_pid: int,
+             startup_latency_s: float
              ) -> int | None:
     """The worker's start-up: `startup_latency_s` standing in for a real pipeline's
     connection to remote storage (benchmarks only), then the start cursor once it is
@@ -440,7 +462,8 @@ def _connect(stop: _StopFlag, start_at: Any, parent_pid: int, startup_latency_s:
 
 
 def _shutdown(
-    stop: _StopFlag, procs: list[SpawnProcess], queues: list[MPQueue[Any]], join_s: float
+    stop: _StopFlag, procs: list[SpawnProcess], queues: list[MPQueue[_Message]],
+    join_s: float
 ) -> None:
     """Stop workers: ask, wait up to `join_s`, then SIGTERM, then SIGKILL; always reap.
 
@@ -496,8 +519,9 @@ class WorkerPool:
         per_worker = max(1, math.ceil(prefetch / num_workers))
         self._stop = _StopFlag(ctx)
         # -1: not known yet (`set_start_cursor` tells the workers, connected meanwhile)
-        self._start_at = ctx.Value("q", -1 if start_cursor is None else start_cursor)
-        self._queues: list[MPQueue[Any]] = [
+        self._start_at: Synchronized[int] = ctx.Value(
+            "q", -1 if start_cursor is None else start_cursor)
+        self._queues: list[MPQueue[_Message]] = [
             ctx.Queue(maxsize=per_worker) for _ in range(num_workers)
         ]
         self._procs: list[SpawnProcess] = [
@@ -505,8 +529,9 @@ class WorkerPool:
                 target=_worker_entry,
                 name=f"ett-data-worker-{k}",
                 args=(
-                    spec, k, num_workers, self._start_at, rank, world_size, self._queues[k],
-                    self._stop, os.getpid(), startup_latency_s, inject_failure_at,
+                    _worker_main, spec, k, num_workers, self._start_at, rank, world_size,
+                    self._queues[k], self._stop, os.getpid(), startup_latency_s,
+                    inject_failure_at,
                 ),
                 daemon=True,  # multiprocessing's own exit hook terminates them too
             )
@@ -555,20 +580,18 @@ class WorkerPool:
         index = self._next_index
         message = self._wait_message(index, timeout)
         k = index % self._n
-        if message[0] == "error":
-            _, bad_index, cursor, tb = message
+        if isinstance(message, _Failed):
             self._error = RuntimeError(
                 f"data worker {k} (pid {self._procs[k].pid}) failed producing the batch at "
-                f"cursor {cursor} (batch {bad_index}):\n{tb}"
+                f"cursor {message.cursor} (batch {message.number}):\n{message.traceback}"
             )
             raise self._error
-        _, got_index, raw = message
-        if got_index != index:  # cannot happen with one producer per queue; guard anyway
-            raise RuntimeError(f"data worker {k} sent batch {got_index}, expected {index}")
+        if message.number != index:  # cannot happen with one producer per queue; guard anyway
+            raise RuntimeError(f"data worker {k} sent batch {message.number}, expected {index}")
         self._next_index += 1
-        return raw  # type: ignore[no-any-return]
+        return message.batch
 
-    def _wait_message(self, index: int, timeout: float | None) -> Any:
+    def _wait_message(self, index: int, timeout: float | None) -> _Message:
         """The message for batch `index` from its worker's queue, polling so that a closed
         pipeline, a dead worker or the deadline ends the wait instead of a hang."""
         k = index % self._n

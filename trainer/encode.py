@@ -11,7 +11,7 @@ to the same row.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,9 @@ _MAX_HEX_DIGITS = 16
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+#: One feature's raw values, flat: a pyarrow column (strings, binary or integers) or a
+#: numpy array of integers (the `.npy` form's).
+Column: TypeAlias = "pa.Array | pa.ChunkedArray | npt.NDArray[np.generic]"
 
 
 def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -120,7 +123,7 @@ def parse_decimal(values: pa.Array | pa.ChunkedArray) -> tuple[IntArray, BoolArr
         return out, bad
 
 
-def _ints(values: pa.Array | pa.ChunkedArray | npt.NDArray[Any]) -> tuple[IntArray, BoolArray]:
+def _ints(values: Column) -> tuple[IntArray, BoolArray]:
     """An integer column as int64 and its nulls (a null integer id is a bad value)."""
     if isinstance(values, np.ndarray):
         return values.astype(np.int64, copy=False), np.zeros(len(values), dtype=bool)
@@ -132,7 +135,7 @@ def _ints(values: pa.Array | pa.ChunkedArray | npt.NDArray[Any]) -> tuple[IntArr
     return ints, nulls
 
 
-def _is_text(values: Any) -> bool:
+def _is_text(values: Column) -> bool:
     if isinstance(values, np.ndarray):
         return False
     t = values.type
@@ -140,7 +143,8 @@ def _is_text(values: Any) -> bool:
                 or pa.types.is_large_binary(t))
 
 
-def _codes(values: Any, encoding: str, text: bool) -> tuple[npt.NDArray[np.uint64], BoolArray]:
+def _codes(values: Column, encoding: str, text: bool
+           ) -> tuple[npt.NDArray[np.uint64], BoolArray]:
     """The 64-bit code of each value before the table size is applied: a hash, a hex or
     decimal integer (as uint64), and the values that have none."""
     if encoding == "hash":
@@ -155,7 +159,7 @@ def _codes(values: Any, encoding: str, text: bool) -> tuple[npt.NDArray[np.uint6
     return np.where(bad, 0, ints).astype(np.uint64), bad
 
 
-def encode_columns(items: list[tuple[Any, SparseFeature]],
+def encode_columns(items: list[tuple[Column, SparseFeature]],
                    vocabularies: dict[int, pa.Array] | None = None
                    ) -> list[tuple[IntArray, BoolArray]]:
     """Row ids and bad values of several features' columns (flat values each): features
@@ -172,8 +176,9 @@ def encode_columns(items: list[tuple[Any, SparseFeature]],
             groups.setdefault((feature.encoding, _is_text(values)), []).append(i)
     for (encoding, text), members in groups.items():
         columns = [items[i][0] for i in members]
+        joined: Column
         if text:
-            joined: Any = pa.concat_arrays([_flat(c).cast(pa.large_binary()) for c in columns])
+            joined = pa.concat_arrays([_flat(c).cast(pa.large_binary()) for c in columns])
         else:
             ints = [_ints(c) for c in columns]
             joined = np.concatenate([values for values, _ in ints])
@@ -195,14 +200,13 @@ def encode_columns(items: list[tuple[Any, SparseFeature]],
     return [x for x in out if x is not None]
 
 
-def _flat(values: Any) -> pa.Array:
+def _flat(values: Column) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     return values
 
 
-def by_vocabulary(values: pa.Array | pa.ChunkedArray | npt.NDArray[Any],
-                  vocabulary: pa.Array) -> IntArray:
+def by_vocabulary(values: Column, vocabulary: pa.Array) -> IntArray:
     """Each value's line in the vocabulary (1-based), 0 for a value not in it."""
     text = values if not isinstance(values, np.ndarray) else pa.array(values.astype(str))
     found = pc.index_in(text.cast(pa.binary()), value_set=vocabulary)

@@ -33,7 +33,7 @@ import os
 import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO, Final
+from typing import TYPE_CHECKING, BinaryIO, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,12 @@ import numpy.typing as npt
 from airflow_ett._untrusted import UntrustedFileError, open_regular, read_bytes
 from airflow_ett.trainer.data_gen import RawBatch
 from airflow_ett.trainer.schema import DataSpec, SparseFeature
+
+if TYPE_CHECKING:  # pyarrow loads in the workers that read Parquet or TSV
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_ett.trainer.encode import Column
 
 #: Every this-many lines a TSV's index keeps the byte offset of the line's start: a read
 #: of B rows reads at most B + 2 * TSV_STRIDE lines; the index costs 8 bytes per stride.
@@ -72,6 +78,25 @@ class _Part:
     bad: dict[int, str]
 
 
+#: A `.npy` file's array, memory-mapped: of whichever dtype the file holds.
+NpyArray = npt.NDArray[np.generic]
+#: One feature's raw values of a part, before encoding, and each row's count of them.
+RawFeature = tuple["Column", npt.NDArray[np.int32]]
+
+
+@dataclass(slots=True)
+class _Caches:
+    """What one worker process keeps open or built between batches (never pickled: each
+    process builds its own)."""
+
+    vocab: dict[int, pa.Array] = field(default_factory=dict)  # per feature index
+    handles: OrderedDict[str, BinaryIO] = field(default_factory=OrderedDict)  # TSV files
+    parquet: dict[str, tuple[pq.ParquetFile, npt.NDArray[np.int64]]] = field(
+        default_factory=dict)  # per file: the file and its row groups' first rows
+    groups: OrderedDict[tuple[str, int], pa.Table] = field(default_factory=OrderedDict)
+    npy: dict[str, tuple[NpyArray, NpyArray, NpyArray]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class FileSource:
     """A `data_gen.Source` over the files of `spec` (module docstring)."""
@@ -82,7 +107,7 @@ class FileSource:
     rows: tuple[int, ...] = ()
     offsets: tuple[npt.NDArray[np.int64], ...] = ()  # TSV: line-start offsets per stride
     vocabularies: tuple[tuple[bytes, ...] | None, ...] = ()
-    _state: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _state: _Caches = field(default_factory=_Caches, compare=False, repr=False)
 
     # -- the Source protocol -------------------------------------------------------------
 
@@ -102,15 +127,15 @@ class FileSource:
     def total_rows(self) -> int:
         return sum(self.rows)
 
-    def __getstate__(self) -> dict[str, Any]:  # the worker's caches stay in the worker
+    def __getstate__(self) -> dict[str, object]:  # the worker's caches stay in the worker
         return {"spec": self.spec, "batch_size": self.batch_size, "files": self.files,
                 "rows": self.rows, "offsets": self.offsets,
                 "vocabularies": self.vocabularies}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         for key, value in state.items():
             object.__setattr__(self, key, value)
-        object.__setattr__(self, "_state", {})
+        object.__setattr__(self, "_state", _Caches())
 
     def prepare(self) -> FileSource:
         """Find, check and index the files (module docstring); `DataError` naming the
@@ -202,11 +227,11 @@ class FileSource:
             return _read_parquet(self, index, r0, r1)
         return _read_npy(self, index, r0, r1)
 
-    def vocabulary(self, f: int) -> Any:
+    def vocabulary(self, f: int) -> pa.Array:
         """Feature `f`'s vocabulary as a pyarrow array (built once per process)."""
         import pyarrow as pa
 
-        cache = self._state.setdefault("vocab", {})
+        cache = self._state.vocab
         if f not in cache:
             cache[f] = pa.array(self.vocabularies[f], type=pa.binary())
         return cache[f]
@@ -327,13 +352,13 @@ def _check_parquet(file: str, spec: DataSpec) -> int:
         raise DataError(f"data file {file}: not a readable Parquet file: {exc}") from None
     s = spec.schema
 
-    def column(name: str, what: str) -> Any:
+    def column(name: str, what: str) -> pa.DataType:
         if schema.get_field_index(name) < 0:
             raise DataError(f"data file {file}: no column {name!r} ({what}); it has "
                             f"{schema.names[:20]}")
         return schema.field(name).type
 
-    def numeric(t: Any) -> bool:
+    def numeric(t: pa.DataType) -> bool:
         return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
 
     for name, what in ((s.label, "the label"), *((d, "a dense feature") for d in s.dense)):
@@ -356,7 +381,7 @@ def _check_parquet(file: str, spec: DataSpec) -> int:
     return rows
 
 
-def _npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype[np.generic]]:
     """Shape and dtype of a `.npy` file from its header (TorchRec's
     `BinaryCriteoUtils.get_shape_from_npy`, bounded and without iopath)."""
     try:
@@ -375,7 +400,7 @@ def _npy_shape(path: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return shape, dtype
 
 
-def _npy_map(path: str) -> npt.NDArray[Any]:
+def _npy_map(path: str) -> NpyArray:
     """The array of a `.npy` file, memory-mapped (never unpickled), from an opened
     regular file (numpy's `np.load(mmap_mode=...)` wants a path and opens it blindly)."""
     with _open_data(path) as fh:
@@ -421,9 +446,9 @@ def _check_npy(file: str, spec: DataSpec) -> int:
 # -- reading rows ------------------------------------------------------------------------------
 
 
-def _finish(source: FileSource, labels: npt.NDArray[Any], label_null: Any,
-            dense: npt.NDArray[np.float64], sparse_raw: list[Any], bad: dict[int, str]
-            ) -> _Part:
+def _finish(source: FileSource, labels: npt.NDArray[np.float64],
+            label_null: npt.NDArray[np.bool_] | None, dense: npt.NDArray[np.float64],
+            sparse_raw: list[RawFeature], bad: dict[int, str]) -> _Part:
     """Checks and encodings common to every format, on n rows already split in columns:
     `sparse_raw[f]` is (flat values, per-row lengths) of feature f before encoding."""
     s = source.spec.schema
@@ -449,7 +474,7 @@ def _finish(source: FileSource, labels: npt.NDArray[Any], label_null: Any,
     return _Part(labels.astype(np.float32), dense.astype(np.float32), sparse, bad)
 
 
-def _encoded(source: FileSource, sparse_raw: list[Any], bad: dict[int, str]
+def _encoded(source: FileSource, sparse_raw: list[RawFeature], bad: dict[int, str]
              ) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]]:
     """Each feature's ids and per-row lengths; rows with a value it cannot encode, or
     more ids than `max_ids`, go to `bad`."""
@@ -488,7 +513,7 @@ def _tsv_lines(source: FileSource, index: int, r0: int, r1: int) -> list[bytes]:
     begin = int(offsets[first])
     end_stride = (r1 - 1) // TSV_STRIDE + 1
     end = int(offsets[end_stride]) if end_stride < len(offsets) else None
-    handles = source._state.setdefault("handles", OrderedDict())
+    handles = source._state.handles
     fh = handles.get(file)
     if fh is None:
         fh = _open_data(file)  # kept open: every batch of this worker reads it
@@ -617,13 +642,13 @@ def _read_parquet(source: FileSource, index: int, r0: int, r1: int) -> _Part:
     file = source.files[index]
     s = source.spec.schema
     state = source._state
-    meta = state.setdefault("parquet", {})
+    meta = state.parquet
     if file not in meta:
         pf = pq.ParquetFile(_open_data(file))
         sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
         meta[file] = (pf, np.cumsum((0, *sizes)))
     pf, bounds = meta[file]
-    groups = state.setdefault("groups", OrderedDict())
+    groups = state.groups
     needed = sorted({c for c in (s.label, *s.dense, *(f.column for f in s.sparse))})
     first = int(np.searchsorted(bounds, r0, side="right")) - 1
     last = int(np.searchsorted(bounds, r1 - 1, side="right")) - 1
@@ -663,17 +688,19 @@ def _read_npy(source: FileSource, index: int, r0: int, r1: int) -> _Part:
 
     file = source.files[index]
     s = source.spec.schema
-    arrays = source._state.setdefault("npy", {})
+    arrays = source._state.npy
     if file not in arrays:
-        arrays[file] = tuple(_npy_map(p) for p in _npy_parts(file))
+        dense_f, sparse_f, labels_f = _npy_parts(file)
+        arrays[file] = (_npy_map(dense_f), _npy_map(sparse_f), _npy_map(labels_f))
     dense_a, sparse_a, labels_a = arrays[file]
     dense_cols = [CRITEO_DENSE.index(d) for d in s.dense]
     dense = np.asarray(dense_a[r0:r1][:, dense_cols], dtype=np.float64)
     labels = np.asarray(labels_a[r0:r1, 0], dtype=np.float64)
     block = np.asarray(sparse_a[r0:r1], dtype=np.int64)
     ones = np.ones(r1 - r0, dtype=np.int32)
-    sparse = [(np.ascontiguousarray(block[:, CRITEO_SPARSE.index(f.column)]), ones)
-              for f in s.sparse]
+    sparse: list[RawFeature] = [
+        (np.ascontiguousarray(block[:, CRITEO_SPARSE.index(f.column)]), ones)
+        for f in s.sparse]
     return _finish(source, labels, None, dense, sparse, {})
 
 

@@ -18,6 +18,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from airflow_ett.trainer.config import TrainerConfig
 from airflow_ett.trainer.model import build_for
+from airflow_ett.trainer.state import TrainExtra, read_train_extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +34,13 @@ class FinalState:
     step: int
     cursor: int | None
     path: Path
-    extra: dict[str, Any]
+    extra: TrainExtra
     skipped: list[tuple[Path, str]]
 
 
 class _ModelOnly(Stateful):
-    """A checkpoint's `train` entry seen through the model alone.
+    """A checkpoint's `train` entry seen through the model alone (its state dicts typed
+    as torch's `Stateful` protocol types them: these override it).
 
     DCP loads only the keys asked for, so the optimizer state (as big as the model with
     Adagrad) is never read, and the same request fits both layouts of `TrainState`: one
@@ -88,12 +90,11 @@ def restore_final_state(cfg: TrainerConfig) -> FinalState:
             f"no committed checkpoint in {directory}"
             + (f" ({invalid} step directories, none valid: see the warnings)" if invalid else "")
         )
-    extra: dict[str, Any] = dict(result.extra)  # the JSON object the trainer saved
-    cursor = extra.get("cursor")
+    extra = read_train_extra(result.extra, where=str(result.path))
     return FinalState(
         tensors={k: v.detach().clone() for k, v in model.state_dict().items()},
         step=result.step,
-        cursor=int(cursor) if cursor is not None else None,
+        cursor=extra["cursor"],
         path=result.path,
         extra=extra,
         skipped=list(result.skipped),

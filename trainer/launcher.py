@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Final
 
 from airflow_ett._proc import ProcessTree
 from airflow_ett._untrusted import MissingFileError, UntrustedFileError, load_json
@@ -248,7 +248,7 @@ class Command:
     @classmethod
     def of(cls, argv: Sequence[str], *, nproc: int = 1, python: str = sys.executable
            ) -> Command:
-        """Any command: alone, or each rank under torchrun (`--no-python`: the command is
+        """A command of any kind: alone, or each rank under torchrun (`--no-python`: the command is
         run as given, one process per rank, with torchrun's RANK, WORLD_SIZE, ...)."""
         if not argv:
             raise ValueError("command: must name a program")
@@ -259,7 +259,7 @@ class Command:
                     *argv), nproc, None, True)
 
 
-def _wait_attempt(proc: subprocess.Popen[Any], tree: ProcessTree,
+def _wait_attempt(proc: subprocess.Popen[str], tree: ProcessTree,
                   timeout: float | None, tick: Callable[[], None] | None = None) -> int:
     """Wait for the attempt, walking its tree as it runs (and calling `tick`) every
     `TREE_POLL_S`; past `timeout` SIGKILL all of it. Once the top process has ended, kill

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import torch.distributed as dist
 
@@ -150,7 +150,7 @@ class Leaving:
         flight is the same on every rank (`CheckpointManager.in_flight`)."""
         if not (dist.is_initialized() and manager.in_flight):
             return manager.broadcast(value)
-        box: list[Any] = [value]
+        box: list[str | None] = [value]
         dist.broadcast_object_list(box, src=0, device=self.env.device)
         found: str | None = box[0]
         return found

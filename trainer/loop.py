@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -53,7 +53,13 @@ from airflow_ett.trainer.identity import DistEnv, Identity
 from airflow_ett.trainer.leaving import Leaving
 from airflow_ett.trainer.model import build_for, shard, single_process
 from airflow_ett.trainer.progress import Progress, StepLogger
-from airflow_ett.trainer.state import TrainState, rng_state, set_rng_state
+from airflow_ett.trainer.state import (
+    TrainExtra,
+    TrainState,
+    read_train_extra,
+    set_rng_state,
+    train_extra,
+)
 from airflow_ett.trainer.watchdog import HangWatchdog, exit_hung
 
 if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) load late
@@ -149,7 +155,7 @@ class Trainer:
             on_commit=self._on_commit,
         )
 
-    def _discover(self) -> dict[str, Any] | None:
+    def _discover(self) -> TrainExtra | None:
         """The newest committed checkpoint's `extra` (cursor, step), without loading it:
         the data pipeline can start at the right cursor while the model is built."""
         latest = self.manager.latest()
@@ -158,7 +164,7 @@ class Trainer:
         from airflow_ett.trainer.checkpoint import read_marker
 
         try:
-            return dict(read_marker(Path(latest)).extra)
+            return read_train_extra(read_marker(Path(latest)).extra, where=str(latest))
         except (OSError, ValueError) as exc:
             log.warning("checkpoint %s: cannot read its marker (%s); restore decides", latest, exc)
             return None
@@ -176,21 +182,17 @@ class Trainer:
     def _train_state(self) -> TrainState:
         return TrainState(self.model, self.optimizers, sharded=self.env.world_size > 1)
 
-    def _restore(self) -> dict[str, Any] | None:
+    def _restore(self) -> TrainExtra | None:
         result = self.manager.restore({"train": self._train_state()})
         if result is None:
             return None
         for path, reason in result.skipped:
             log.warning("checkpoint %s skipped: %s", path, reason)
-        extra: dict[str, Any] = dict(result.extra)  # the JSON object _save wrote
+        extra = read_train_extra(result.extra, where=str(result.path))
         if "rng" in extra:
             set_rng_state(extra["rng"])
-        log.info(
-            "restored step %d (cursor %d) from %s",
-            extra.get("step", result.step),
-            extra.get("cursor", 0),
-            result.path,
-        )
+        log.info("restored step %d (cursor %d) from %s", extra["step"], extra["cursor"],
+                 result.path)
         return extra
 
     def compile_on(self, batch: Batch) -> None:
@@ -241,9 +243,9 @@ class Trainer:
         self.timing = SaveTiming.from_config(cfg, self.ident.job_id, self.env)
         resume = self._discover()
         if self._warmed:  # connected while the spare waited
-            self.pipeline.set_start_cursor(int(resume["cursor"]) if resume else 0)
+            self.pipeline.set_start_cursor(resume["cursor"] if resume else 0)
         else:
-            self.pipeline = self._data_pipeline(int(resume["cursor"]) if resume else 0)
+            self.pipeline = self._data_pipeline(resume["cursor"] if resume else 0)
         if trainer_init is not None:
             em.phase_end("trainer_init", trainer_init)
         cache = None if self._warmed else open_cache(self.cfg)
@@ -267,7 +269,7 @@ class Trainer:
             self._cache_to_save = cache
         return batches
 
-    def _start_data_and_model(self, resume: dict[str, Any] | None,
+    def _start_data_and_model(self, resume: TrainExtra | None,
                               cache: CompileCache | None) -> list[bool]:
         """Start the data pipeline while the model is built, restored and (with
         `fast_batch`) compiled: on a thread of its own with `parallel_init`, else first.
@@ -308,11 +310,11 @@ class Trainer:
             raise data_error[0]
         return missed
 
-    def _resume_from(self, restored: dict[str, Any] | None) -> None:
+    def _resume_from(self, restored: TrainExtra | None) -> None:
         if restored is not None:
-            self.step = int(restored["step"])
-            self.cursor = int(restored["cursor"])
-            self.bad_rows.job = int(restored.get("bad_rows", 0))
+            self.step = restored["step"]
+            self.cursor = restored["cursor"]
+            self.bad_rows.job = restored.get("bad_rows", 0)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -353,17 +355,12 @@ class Trainer:
     def _save(self, *, final: bool) -> SaveResult:
         self.saves_in_flight[self.step] = (time.time(), final, self.cursor)
         self.last_save_step = self.step
-        extra = {
-            "step": self.step,
-            "cursor": self.cursor,
-            "rng": rng_state(),
-            "model": self.cfg.model.name,
+        extra = train_extra(
+            step=self.step, cursor=self.cursor, model=self.cfg.model.name,
             # what preflight compares, so another model's job refuses this directory
-            "model_identity": self.cfg.model_identity,
-            "world_size": self.env.world_size,
-            "bad_rows": self.bad_rows.at_save(),
-        }
-        return self.manager.save(self.step, {"train": self._train_state()}, extra)
+            model_identity=self.cfg.model_identity, world_size=self.env.world_size,
+            bad_rows=self.bad_rows.at_save())
+        return self.manager.save(self.step, {"train": self._train_state()}, dict(extra))
 
     def _maybe_checkpoint(self, now: float, progress: Progress, beat: Callable[[], None]
                           ) -> bool:

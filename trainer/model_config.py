@@ -6,15 +6,30 @@ parses it (every few seconds, in the dag-processor) without importing torch (1 s
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TypedDict
 
 from airflow_ett.trainer.readers import Reader, show
 
 
 class ModelConfigError(ValueError):
     """A model config that cannot be built; the message names the field and value."""
+
+
+class ModelConfigTable(TypedDict):
+    """A `ModelConfig` as a table (`ModelConfig.to_dict`; `ModelConfig.from_dict` reads
+    it, and any table a person wrote, back)."""
+
+    name: str
+    num_dense: int
+    embedding_dim: int
+    tables: list[list[str | int]]  # [name, num_embeddings] pairs
+    dense_arch: list[int]
+    over_arch: list[int]
+    ids_per_feature: int
+    extra: dict[str, object]
 
 
 # The plausible range of every number of a model config (docs/decisions/0023). Memory is
@@ -43,7 +58,7 @@ class ModelConfig:
     dense_arch: tuple[int, ...]
     over_arch: tuple[int, ...]
     ids_per_feature: int = 4
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Checks types too (a bundled config is built in Python, a DAG file may pass
@@ -96,15 +111,15 @@ class ModelConfig:
         if not self.over_arch or self.over_arch[-1] != 1:
             raise r.fail("over_arch", self.over_arch, "must end in 1 (one logit)")
 
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["tables"] = [list(t) for t in self.tables]
-        out["dense_arch"] = list(self.dense_arch)
-        out["over_arch"] = list(self.over_arch)
-        return out
+    def to_dict(self) -> ModelConfigTable:
+        return {"name": self.name, "num_dense": self.num_dense,
+                "embedding_dim": self.embedding_dim,
+                "tables": [[name, rows] for name, rows in self.tables],
+                "dense_arch": list(self.dense_arch), "over_arch": list(self.over_arch),
+                "ids_per_feature": self.ids_per_feature, "extra": copy.deepcopy(self.extra)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
+    def from_dict(cls, data: Mapping[str, object]) -> ModelConfig:
         """Read a model config a person wrote (TOML, JSON, a DAG file's dict): every value
         keeps the type it was given or is refused; nothing is converted."""
         known = set(cls.__dataclass_fields__)

@@ -29,10 +29,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypedDict
 
 from airflow_ett._untrusted import UntrustedFileError, read_bytes
-from airflow_ett.trainer.readers import show
+from airflow_ett.trainer.readers import Reader, show
 
 #: The bundled DLRM's factory: one implementation of the contract like any other.
 DLRM_FACTORY: Final = "airflow_ett.trainer.models.dlrm:build"
@@ -50,6 +50,17 @@ class ModelSpecError(ValueError):
     """A model that cannot be found or named; the message names the field and value."""
 
 
+class ModelSpecTable(TypedDict):
+    """A `ModelSpec` as JSON: `ModelSpec.to_dict` its writer, `from_dict` its reader (a
+    published model's manifest describes its model with it)."""
+
+    name: str
+    factory: str
+    config: dict[str, object]
+    code_path: str | None
+    code: str
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """`factory` ("package.module:function"), the `config` table passed to it, and
@@ -60,7 +71,7 @@ class ModelSpec:
 
     name: str
     factory: str
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, object] = field(default_factory=dict)  # JSON values (`_config`)
     code_path: Path | None = None
     code: str = ""
 
@@ -79,7 +90,7 @@ class ModelSpec:
                           separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ModelSpecTable:
         return {"name": self.name, "factory": self.factory, "config": dict(self.config),
                 "code_path": None if self.code_path is None else str(self.code_path),
                 "code": self.code}
@@ -184,7 +195,7 @@ def _source(path: Path) -> bytes:
         raise ModelSpecError(str(exc)) from None
 
 
-def _config(where: str, config: object) -> dict[str, Any]:
+def _config(where: str, config: object) -> dict[str, object]:
     if config is None:
         return {}
     if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
@@ -198,7 +209,8 @@ def _config(where: str, config: object) -> dict[str, Any]:
     if len(text) > MAX_CONFIG_BYTES:
         raise ModelSpecError(f"{where}: model_config: {len(text):,} bytes of JSON, more than "
                              f"{MAX_CONFIG_BYTES:,}")
-    loaded: dict[str, Any] = json.loads(text)
+    loaded = json.loads(text)  # a copy holding JSON values only
+    assert isinstance(loaded, dict)
     return loaded
 
 
@@ -234,10 +246,15 @@ def read_model_spec(factory: object, config: object = None, *, where: str = "tra
     )
 
 
-def from_dict(data: Mapping[str, Any]) -> ModelSpec:
-    """A spec written by `ModelSpec.to_dict` (a job's files, a published manifest)."""
-    code_path = data.get("code_path")
-    return ModelSpec(name=str(data["name"]), factory=str(data["factory"]),
-                     config=dict(data.get("config") or {}),
-                     code_path=None if code_path is None else Path(code_path),
-                     code=str(data.get("code", "")))
+def from_dict(data: object, *, where: str = "model") -> ModelSpec:
+    """A `ModelSpecTable` written by `ModelSpec.to_dict` (a published manifest), read
+    back field by field: `ModelSpecError` naming the field and value."""
+    r = Reader(where, ModelSpecError)
+    table = r.mapping("(table)", data)
+    code_path = table.get("code_path")
+    config = table.get("config")
+    return ModelSpec(name=r.text("name", table.get("name")),
+                     factory=r.text("factory", table.get("factory")),
+                     config={} if config is None else dict(r.mapping("config", config)),
+                     code_path=None if code_path is None else r.path("code_path", code_path),
+                     code=r.text("code", table.get("code", ""), empty=True))

@@ -330,6 +330,7 @@ def check_checkpoint_owner(cfg: TrainerConfig, reader: Reader) -> None:
     committed marker's `extra` (`model_identity`, written by the trainer's saves; older
     checkpoints carry only the model's `model` name)."""
     from airflow_ett.trainer.checkpoint import read_marker
+    from airflow_ett.trainer.state import read_train_extra
 
     mine_id, mine_name = cfg.model_identity, cfg.model.name
     try:
@@ -339,7 +340,7 @@ def check_checkpoint_owner(cfg: TrainerConfig, reader: Reader) -> None:
         return
     for path in entries:
         try:
-            extra = read_marker(path).extra
+            extra = read_train_extra(read_marker(path).extra, where=path.name)
         except (OSError, ValueError):
             continue  # not committed or unreadable: restore skips it with a reason
         theirs_id, theirs_name = extra.get("model_identity"), extra.get("model")

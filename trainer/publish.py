@@ -47,13 +47,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, TypedDict, final
 
 import torch
 
 from airflow_ett._fs import atomic_write, fsync_dir, fsync_file
 from airflow_ett._untrusted import UntrustedFileError, load_json, read_text
 from airflow_ett.trainer.config import TrainerConfig
+from airflow_ett.trainer.model_spec import ModelSpecTable
+from airflow_ett.trainer.readers import Reader
+from airflow_ett.trainer.schema import SchemaTable
 
 if TYPE_CHECKING:
     from torch import nn
@@ -104,6 +107,84 @@ class IntegrityError(PublishError, ValueError):
     """A published file differs from its manifest, or the manifest is not one we read."""
 
 
+# -- the manifest ------------------------------------------------------------------------
+# `manifest.json`: one writer (`publish_model`), one reader (`read_manifest`, which checks
+# every field of it: a published model is read on other hosts, by other versions).
+
+
+@final
+class ModelEntry(ModelSpecTable):
+    """The model: its `ModelSpec` (`model_spec.from_dict` reads it back), its identity
+    and the data schema it was built on."""
+
+    identity: str
+    schema: SchemaTable
+
+
+@final
+class LegacyModelEntry(TypedDict):
+    """A format 1 manifest's model: a bundled DLRM's name and config alone."""
+
+    name: str
+    config: dict[str, object]
+
+
+class RunEntry(TypedDict):
+    """The `RUN_FIELDS` of the trainer config."""
+
+    steps: int
+    batch_size: int
+    seed: int
+    lr_dense: float
+    lr_sparse: float
+    checkpoint_interval: int | float | str
+    compile: bool
+
+
+class SkippedEntry(TypedDict):
+    path: str
+    reason: str
+
+
+class CheckpointEntry(TypedDict):
+    """The checkpoint published: its step and data cursor (its marker's), where it was,
+    the world size that wrote it, and the newer ones rejected as invalid."""
+
+    step: int
+    cursor: int | None
+    path: str
+    world_size: int | None
+    skipped: list[SkippedEntry]
+
+
+class WeightsEntry(TypedDict):
+    """The weights file and what `load_published` checks it against."""
+
+    file: str
+    sha256: str
+    file_bytes: int
+    tensors: int
+    tensor_bytes: int
+    dtypes: dict[str, int]
+
+
+class Manifest(TypedDict):
+    """A published version's `manifest.json` (`publish_model` says what each field is)."""
+
+    format: str
+    format_version: int
+    version: int
+    model: ModelEntry | LegacyModelEntry  # the legacy form: format 1 only
+    run: RunEntry
+    checkpoint: CheckpointEntry
+    weights: WeightsEntry
+    created_at: str
+    torch: str
+    metrics: dict[str, float]
+    ett_summary: dict[str, object]
+    extra: dict[str, object]
+
+
 @dataclass(frozen=True, slots=True)
 class PublishedModel:
     """One published version: `path` is `<out_root>/<name>/v<version>`."""
@@ -111,7 +192,7 @@ class PublishedModel:
     name: str
     version: int
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     @property
     def weights_path(self) -> Path:
@@ -124,13 +205,12 @@ class PublishedModel:
     @property
     def step(self) -> int:
         """The training step of the checkpoint published (`manifest["checkpoint"]["step"]`)."""
-        return int(self.manifest["checkpoint"]["step"])
+        return self.manifest["checkpoint"]["step"]
 
     @property
     def cursor(self) -> int | None:
         """The data cursor of that checkpoint: the samples the weights were trained on."""
-        cursor = self.manifest["checkpoint"]["cursor"]
-        return None if cursor is None else int(cursor)
+        return self.manifest["checkpoint"]["cursor"]
 
 
 # -- publishing --------------------------------------------------------------------------
@@ -141,8 +221,8 @@ def publish_model(
     out_root: Path,
     *,
     metrics: Mapping[str, float] | None = None,
-    ett_summary: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
+    ett_summary: Mapping[str, object] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> PublishedModel:
     """Publish the newest valid committed checkpoint of `cfg.checkpoint_dir` as the next
     version of `cfg.model.name` under `out_root`, and point LATEST at it when it is the
@@ -167,18 +247,16 @@ def publish_model(
             f"model name {name!r} cannot name a directory under {out_root} "
             "(letters, digits, '_', '.', '-'; not starting with '.')"
         )
-    described = _check_json("model config and run", {
-        "model": {"name": name, "factory": cfg.model.factory, "config": dict(cfg.model.config),
-                  "code": cfg.model.code, "identity": cfg.model_identity,
-                  "code_path": None if cfg.model.code_path is None else str(cfg.model.code_path),
-                  "schema": cfg.data.schema.to_dict()},
-        "run": {field: getattr(cfg, field) for field in RUN_FIELDS},
-    })
-    caller = {
-        "metrics": _check_metrics(metrics),
-        "ett_summary": _check_json("ett_summary", ett_summary),
-        "extra": _check_json("extra", extra),
-    }
+    model: ModelEntry = {**cfg.model.to_dict(),
+                         "config": _check_json("model config", cfg.model.config),
+                         "identity": cfg.model_identity, "schema": cfg.data.schema.to_dict()}
+    run: RunEntry = {"steps": cfg.steps, "batch_size": cfg.batch_size, "seed": cfg.seed,
+                     "lr_dense": cfg.lr_dense, "lr_sparse": cfg.lr_sparse,
+                     "checkpoint_interval": cfg.checkpoint_interval, "compile": cfg.compile}
+    _dumps({"model": model, "run": run}, where="model config and run")
+    checked_metrics = _check_metrics(metrics)
+    checked_summary = _check_json("ett_summary", ett_summary)
+    checked_extra = _check_json("extra", extra)
     final = _restore(cfg)
     tensors = {k: v.detach().contiguous() for k, v in final.tensors.items()}
     model_dir = Path(out_root) / name
@@ -186,11 +264,12 @@ def publish_model(
     version, tmp = _allocate(model_dir)
     try:
         weights = _write_weights(tmp / WEIGHTS, tensors)
-        manifest: dict[str, Any] = {
+        manifest: Manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "version": version,
-            **described,
+            "model": model,
+            "run": run,
             "checkpoint": {
                 "step": final.step,
                 "cursor": final.cursor,
@@ -203,7 +282,9 @@ def publish_model(
             "weights": weights,
             "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "torch": torch.__version__,
-            **caller,
+            "metrics": checked_metrics,
+            "ett_summary": checked_summary,
+            "extra": checked_extra,
         }
         _write_file(tmp / MANIFEST, (_dumps(manifest, where="manifest") + "\n").encode())
         fsync_dir(tmp)
@@ -249,7 +330,7 @@ def _restore(cfg: TrainerConfig) -> FinalState:
         ) from exc
 
 
-def _check_metrics(metrics: Mapping[str, float] | None) -> dict[str, float]:
+def _check_metrics(metrics: Mapping[str, object] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in (metrics or {}).items():
         if not isinstance(key, str):
@@ -262,14 +343,14 @@ def _check_metrics(metrics: Mapping[str, float] | None) -> dict[str, float]:
     return out
 
 
-def _check_json(what: str, value: Mapping[str, Any] | None) -> dict[str, Any]:
+def _check_json(what: str, value: Mapping[str, object] | None) -> dict[str, object]:
     """A JSON round trip: what the manifest will hold, or an error naming `what`."""
     loaded = json.loads(_dumps(dict(value or {}), where=what))
     assert isinstance(loaded, dict)
     return loaded
 
 
-def _dumps(value: Any, *, where: str) -> str:
+def _dumps(value: object, *, where: str) -> str:
     try:
         return json.dumps(value, indent=1, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -330,7 +411,7 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _write_weights(path: Path, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+def _write_weights(path: Path, tensors: dict[str, torch.Tensor]) -> WeightsEntry:
     """safetensors file (fsynced) and its description for the manifest."""
     from safetensors.torch import save_file
 
@@ -431,8 +512,9 @@ def resolve_version(path: Path) -> Path:
 MAX_MANIFEST_BYTES: Final = 16 << 20
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The manifest of a version (or of a model directory's LATEST), format-checked."""
+def read_manifest(path: Path) -> Manifest:
+    """The manifest of a version (or of a model directory's LATEST), every field checked:
+    `IntegrityError` naming the file, the field and the value."""
     file = resolve_version(path) / MANIFEST
     try:  # bounded: a regular file of at most MAX_MANIFEST_BYTES, JSON, depth-checked
         manifest = load_json(file, what="manifest", max_bytes=MAX_MANIFEST_BYTES)
@@ -440,18 +522,95 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise IntegrityError(f"{file}: unreadable: {exc.reason}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise IntegrityError(f"{file}: not a published-model manifest")
-    if manifest.get("format_version") not in READABLE_VERSIONS:
+    version = manifest.get("format_version")
+    if version not in READABLE_VERSIONS:
         raise IntegrityError(
-            f"{file}: format_version {manifest.get('format_version')!r}; this code reads "
-            f"{list(READABLE_VERSIONS)}"
+            f"{file}: format_version {version!r}; this code reads {list(READABLE_VERSIONS)}"
         )
     weights = manifest.get("weights")
     if not isinstance(weights, dict) or not isinstance(weights.get("sha256"), str):
         raise IntegrityError(f"{file}: lacks the weights' sha256")
-    return manifest
+    r = Reader(f"{file}", IntegrityError)
+    return {
+        "format": FORMAT,
+        "format_version": r.integer("format_version", version),
+        "version": r.integer("version", manifest.get("version"), minimum=1),
+        "model": _read_model(r, manifest.get("model"), legacy=version == 1),
+        "run": _read_run(r, manifest.get("run")),
+        "checkpoint": _read_checkpoint(r, manifest.get("checkpoint")),
+        "weights": _read_weights(r, weights),
+        "created_at": r.text("created_at", manifest.get("created_at")),
+        "torch": r.text("torch", manifest.get("torch")),
+        "metrics": {key: r.number(f"metrics[{key!r}]", value) for key, value in
+                    r.mapping("metrics", manifest.get("metrics", {})).items()},
+        "ett_summary": dict(r.mapping("ett_summary", manifest.get("ett_summary", {}))),
+        "extra": dict(r.mapping("extra", manifest.get("extra", {}))),
+    }
 
 
-def load_published(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _read_model(r: Reader, raw: object, *, legacy: bool) -> ModelEntry | LegacyModelEntry:
+    """The manifest's `model`, read as its format wrote it. The spec and the schema
+    through their own readers (`model_spec.from_dict`, `schema.schema_from_dict`)."""
+    from airflow_ett.trainer.model_spec import ModelSpecError, from_dict
+    from airflow_ett.trainer.schema import DataSpecError, schema_from_dict
+
+    table = r.mapping("model", raw)
+    if legacy:
+        return {"name": r.text("model.name", table.get("name")),
+                "config": dict(r.mapping("model.config", table.get("config")))}
+    try:
+        spec = from_dict(table)
+        schema = schema_from_dict(table.get("schema"))
+    except (ModelSpecError, DataSpecError) as exc:
+        raise IntegrityError(f"{r.where}: bad model description: {exc}") from None
+    return {**spec.to_dict(), "identity": r.text("model.identity", table.get("identity")),
+            "schema": schema.to_dict()}
+
+
+def _read_run(r: Reader, raw: object) -> RunEntry:
+    table = r.mapping("run", raw)
+    interval = table.get("checkpoint_interval")
+    if isinstance(interval, bool) or not isinstance(interval, int | float | str):
+        raise r.fail("run.checkpoint_interval", interval, "must be steps, seconds or 'auto'")
+    return {"steps": r.integer("run.steps", table.get("steps"), minimum=1),
+            "batch_size": r.integer("run.batch_size", table.get("batch_size"), minimum=1),
+            "seed": r.integer("run.seed", table.get("seed"), minimum=0),
+            "lr_dense": r.number("run.lr_dense", table.get("lr_dense")),
+            "lr_sparse": r.number("run.lr_sparse", table.get("lr_sparse")),
+            "checkpoint_interval": interval,
+            "compile": r.boolean("run.compile", table.get("compile"))}
+
+
+def _read_checkpoint(r: Reader, raw: object) -> CheckpointEntry:
+    table = r.mapping("checkpoint", raw)
+    cursor, world_size = table.get("cursor"), table.get("world_size")
+    skipped = [r.mapping(f"checkpoint.skipped[{i}]", item) for i, item in
+               enumerate(r.sequence("checkpoint.skipped", table.get("skipped", [])))]
+    return {"step": r.integer("checkpoint.step", table.get("step"), minimum=0),
+            "cursor": None if cursor is None
+            else r.integer("checkpoint.cursor", cursor, minimum=0),
+            "path": r.text("checkpoint.path", table.get("path")),
+            "world_size": None if world_size is None
+            else r.integer("checkpoint.world_size", world_size, minimum=1),
+            "skipped": [{"path": r.text(f"checkpoint.skipped[{i}].path", item.get("path")),
+                         "reason": r.text(f"checkpoint.skipped[{i}].reason",
+                                          item.get("reason"), empty=True)}
+                        for i, item in enumerate(skipped)]}
+
+
+def _read_weights(r: Reader, table: Mapping[str, object]) -> WeightsEntry:
+    return {"file": r.text("weights.file", table.get("file", WEIGHTS)),
+            "sha256": r.text("weights.sha256", table.get("sha256")),
+            "file_bytes": r.integer("weights.file_bytes", table.get("file_bytes"), minimum=0),
+            "tensors": r.integer("weights.tensors", table.get("tensors"), minimum=0),
+            "tensor_bytes": r.integer("weights.tensor_bytes", table.get("tensor_bytes"),
+                                      minimum=0),
+            "dtypes": {key: r.integer(f"weights.dtypes[{key!r}]", count, minimum=0)
+                       for key, count in r.mapping("weights.dtypes",
+                                                   table.get("dtypes", {})).items()}}
+
+
+def load_published(path: Path) -> tuple[dict[str, torch.Tensor], Manifest]:
     """(state dict on CPU, manifest) of a published version; `path` is a version directory
     or a model directory (then LATEST's version).
 
@@ -461,15 +620,15 @@ def load_published(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
     version_dir = resolve_version(path)
     manifest = read_manifest(version_dir)
     want = manifest["weights"]
-    file = version_dir / str(want.get("file", WEIGHTS))
+    file = version_dir / want["file"]
     try:
         size, digest = _sha256(file)
     except OSError as exc:
         raise IntegrityError(f"{file}: unreadable: {exc}") from exc
-    if size != want.get("file_bytes") or digest != want["sha256"]:
+    if size != want["file_bytes"] or digest != want["sha256"]:
         raise IntegrityError(
             f"{file}: sha256 {digest} ({size} bytes) differs from the manifest's "
-            f"{want['sha256']} ({want.get('file_bytes')} bytes): damaged or replaced"
+            f"{want['sha256']} ({want['file_bytes']} bytes): damaged or replaced"
         )
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -480,10 +639,10 @@ def load_published(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
         raise IntegrityError(f"{file}: not a readable safetensors file: {exc}") from exc
     count = len(tensors)
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    if count != want.get("tensors") or nbytes != want.get("tensor_bytes"):
+    if count != want["tensors"] or nbytes != want["tensor_bytes"]:
         raise IntegrityError(
             f"{file}: {count} tensors / {nbytes} bytes, the manifest says "
-            f"{want.get('tensors')} / {want.get('tensor_bytes')}"
+            f"{want['tensors']} / {want['tensor_bytes']}"
         )
     return tensors, manifest
 
@@ -500,23 +659,22 @@ def build_published_model(path: Path) -> nn.Module:
 
     from airflow_ett.trainer.contract import ModelContractError, build_model
     from airflow_ett.trainer.model_spec import from_dict
-    from airflow_ett.trainer.schema import DataSpecError, schema_from_dict
+    from airflow_ett.trainer.schema import schema_from_dict
 
     version_dir = resolve_version(path)  # once: LATEST may move while we read
     tensors, manifest = load_published(version_dir)
-    try:
-        described = manifest["model"]
-        spec = from_dict(described)
-        schema = schema_from_dict(described["schema"])
-    except (KeyError, TypeError, ValueError, DataSpecError) as exc:
-        raise IntegrityError(f"{version_dir / MANIFEST}: bad model description: {exc}") from exc
-    if spec.identity(schema.fingerprint()) != described.get("identity"):
+    described = manifest["model"]
+    if "identity" not in described:
+        raise IntegrityError(f"{version_dir / MANIFEST}: bad model description: format "
+                             f"{manifest['format_version']} names no model factory")
+    spec, schema = from_dict(described), schema_from_dict(described["schema"])
+    if spec.identity(schema.fingerprint()) != described["identity"]:
         raise IntegrityError(f"{version_dir / MANIFEST}: the model description does not give "
-                             f"its identity {described.get('identity')!r}")
-    run = manifest.get("run", {})
+                             f"its identity {described['identity']!r}")
+    run = manifest["run"]
     try:
         built = build_model(spec, schema, device=torch.device("cpu"),
-                            seed=int(run.get("seed", 0)), batch_size=int(run.get("batch_size", 1)))
+                            seed=run["seed"], batch_size=run["batch_size"])
     except ModelContractError as exc:
         raise PublishError(f"{version_dir}: cannot rebuild the model: {exc}") from exc
     model = built.module
@@ -572,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _json_object(flag: str, text: str | None) -> dict[str, Any]:
+def _json_object(flag: str, text: str | None) -> dict[str, object]:
     if text is None:
         return {}
     try:

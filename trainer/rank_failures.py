@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from airflow_ett.protocol.exits import EXIT_BAD_CONFIG
 
@@ -115,7 +115,7 @@ def root_cause(outcomes: Iterable[RankOutcome]) -> RankOutcome | None:
     return None
 
 
-def _number(record: Mapping[str, Any], name: str, *, optional: bool = True) -> float | None:
+def _number(record: Mapping[str, object], name: str, *, optional: bool = True) -> float | None:
     value = record.get(name)
     if value is None and optional:
         return None
@@ -126,7 +126,7 @@ def _number(record: Mapping[str, Any], name: str, *, optional: bool = True) -> f
     return float(value)
 
 
-def _integer(record: Mapping[str, Any], name: str, *, minimum: int | None = None,
+def _integer(record: Mapping[str, object], name: str, *, minimum: int | None = None,
              optional: bool = True) -> int | None:
     value = record.get(name)
     if value is None and optional:
@@ -138,7 +138,7 @@ def _integer(record: Mapping[str, Any], name: str, *, minimum: int | None = None
     return value
 
 
-def _text(record: Mapping[str, Any], name: str, limit: int = 500) -> str | None:
+def _text(record: Mapping[str, object], name: str, limit: int = 500) -> str | None:
     value = record.get(name)
     if value is None:
         return None

@@ -19,9 +19,11 @@ import numbers
 import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 _MAX_SHOWN = 100
+
+_Choice = TypeVar("_Choice", bound=str)
 
 
 def show(value: object) -> str:
@@ -91,7 +93,7 @@ class Reader:
         return value
 
     def mapping(self, name: str, value: object, *,
-                known: Collection[str] | None = None) -> Mapping[str, Any]:
+                known: Collection[str] | None = None) -> Mapping[str, object]:
         """A mapping with string keys; `known`: no other keys (a typo is not ignored)."""
         if not isinstance(value, Mapping):
             raise self.fail(name, value, "must be a mapping (a table / dict / JSON object)")
@@ -105,7 +107,7 @@ class Reader:
                                                    f"{sorted(known)}")
         return value
 
-    def sequence(self, name: str, value: object, *, min_len: int = 0) -> tuple[Any, ...]:
+    def sequence(self, name: str, value: object, *, min_len: int = 0) -> tuple[object, ...]:
         """A list or tuple: not a string (`list("abc")` is three items), not a mapping
         (its keys), not a set (no order)."""
         if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
@@ -115,10 +117,13 @@ class Reader:
         return tuple(value)
 
     def strings(self, name: str, value: object) -> tuple[str, ...]:
-        items = self.sequence(name, value)
-        for i, item in enumerate(items):
-            self.text(f"{name}[{i}]", item)
-        return items
+        return tuple(self.text(f"{name}[{i}]", item)
+                     for i, item in enumerate(self.sequence(name, value)))
+
+    def choice(self, name: str, value: object, choices: Sequence[_Choice]) -> _Choice:
+        """One of `choices` (a `Literal`'s values), typed as that `Literal`."""
+        self.text(name, value, choices=choices)
+        return next(c for c in choices if c == value)
 
     def path(self, name: str, value: object, *, base: Path | None = None) -> Path:
         """A filesystem path (str or PathLike, non-empty); relative ones are under `base`."""

@@ -116,7 +116,7 @@ def _refused(exc: Exception, ident: Identity, emitter: Emitter) -> int:
 
 
 def _crashed(exc: BaseException, ident: Identity, emitter: Emitter) -> None:
-    """Any other failure: the traceback in the log, the attempt failed (application)."""
+    """Every other failure: the traceback in the log, the attempt failed (application)."""
     exit_record.failed(time.time(), f"{type(exc).__name__}: {exc}")
     log.exception("attempt %s failed", ident.attempt_id)
     exit_record.reported("application")

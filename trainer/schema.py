@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal, NotRequired, TypedDict
 
 from airflow_ett.trainer.readers import Reader, show
 
@@ -76,6 +76,43 @@ class DataSpecError(ValueError):
     """A data spec that cannot be read; the message names the field and the value."""
 
 
+# -- the tables these are written as -----------------------------------------------------
+# `DataSchema.to_dict` writes the schema into a published model's manifest and the compile
+# cache's key; `schema_from_dict` reads it back. `DataSpec.to_dict` writes the `data`
+# table of a job's trainer config (`operators.lifecycle`, at parse time); the trainer
+# reads it as any `data` table a person wrote (`read_data_spec`).
+
+
+class FeatureTable(TypedDict):
+    """One sparse feature of a `SchemaTable`."""
+
+    name: str
+    column: str
+    num_embeddings: int
+    encoding: Encoding
+    max_ids: int
+    vocabulary: NotRequired[str]
+
+
+class SchemaTable(TypedDict):
+    """A `DataSchema` as a JSON table."""
+
+    label: str
+    dense: list[str]
+    sparse: list[FeatureTable]
+
+
+class DataTable(TypedDict):
+    """A `DataSpec` of files as the `data` table of a trainer config."""
+
+    format: Format
+    schema: SchemaTable
+    max_bad_rows: int
+    dense_transform: DenseTransform
+    paths: NotRequired[list[str]]
+    columns: NotRequired[list[str]]
+
+
 @dataclass(frozen=True, slots=True)
 class SparseFeature:
     """One KeyedJaggedTensor key: its `column` in the files, its table's `num_embeddings`
@@ -112,17 +149,10 @@ class DataSchema:
         """(feature name, num_embeddings), in key order."""
         return tuple((f.name, f.num_embeddings) for f in self.sparse)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "dense": list(self.dense),
-            "sparse": [
-                {"name": f.name, "column": f.column, "num_embeddings": f.num_embeddings,
-                 "encoding": f.encoding, "max_ids": f.max_ids,
-                 **({"vocabulary": str(f.vocabulary)} if f.vocabulary else {})}
-                for f in self.sparse
-            ],
-        }
+    def to_dict(self) -> SchemaTable:
+        """The writer of `SchemaTable` (`schema_from_dict` its reader)."""
+        return {"label": self.label, "dense": list(self.dense),
+                "sparse": [_feature_table(f) for f in self.sparse]}
 
     def fingerprint(self) -> str:
         """Canonical JSON of what the shapes of a model built on this schema depend on:
@@ -151,16 +181,26 @@ class DataSpec:
     def is_files(self) -> bool:
         return self.format != "synthetic"
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"format": self.format, "schema": self.schema.to_dict(),
-                               "max_bad_rows": self.max_bad_rows,
-                               "dense_transform": self.dense_transform}
+    def to_dict(self) -> DataTable:
+        """The `data` table that reads back as this spec (`read_data_spec`)."""
+        out: DataTable = {"format": self.format, "schema": self.schema.to_dict(),
+                          "max_bad_rows": self.max_bad_rows,
+                          "dense_transform": self.dense_transform}
         if self.paths:
             out["paths"] = list(self.paths)
         if self.columns is not None:
             out["columns"] = list(self.columns)
         return out
 
+
+
+def _feature_table(f: SparseFeature) -> FeatureTable:
+    out: FeatureTable = {"name": f.name, "column": f.column,
+                         "num_embeddings": f.num_embeddings, "encoding": f.encoding,
+                         "max_ids": f.max_ids}
+    if f.vocabulary:
+        out["vocabulary"] = str(f.vocabulary)
+    return out
 
 
 def synthetic(num_dense: int, tables: tuple[tuple[str, int], ...],
@@ -176,19 +216,19 @@ def synthetic(num_dense: int, tables: tuple[tuple[str, int], ...],
 # -- reading a spec a person wrote ----------------------------------------------------------
 
 
-def _feature(r: Reader, where: str, name: str, raw: object, defaults: Mapping[str, Any],
+def _feature(r: Reader, where: str, name: str, raw: object, defaults: Mapping[str, object],
              base: Path | None) -> SparseFeature:
     """One sparse feature: `rows` (an int: its num_embeddings) or a table of
     `_SPARSE_KEYS` (name given by the key, or by `name` in the list form)."""
-    item: Mapping[str, Any] = ({"num_embeddings": raw} if isinstance(raw, int)
-                               and not isinstance(raw, bool) else r.mapping(where, raw,
-                                                                            known=_SPARSE_KEYS))
+    item: Mapping[str, object] = ({"num_embeddings": raw} if isinstance(raw, int)
+                                  and not isinstance(raw, bool)
+                                  else r.mapping(where, raw, known=_SPARSE_KEYS))
     rows = item.get("num_embeddings", defaults.get("num_embeddings"))
     if rows is None:
         raise r.fail(f"{where}.num_embeddings", None,
                      "missing: give the table size here or schema.num_embeddings for all")
-    encoding = r.text(f"{where}.encoding", item.get("encoding", defaults.get("encoding", "hash")),
-                      choices=ENCODINGS)
+    encoding = r.choice(f"{where}.encoding",
+                        item.get("encoding", defaults.get("encoding", "hash")), ENCODINGS)
     vocab_raw = item.get("vocabulary")
     if (vocab_raw is None) != (encoding != "vocabulary"):
         raise r.fail(f"{where}.vocabulary", vocab_raw,
@@ -197,7 +237,7 @@ def _feature(r: Reader, where: str, name: str, raw: object, defaults: Mapping[st
         name=name,
         column=r.text(f"{where}.column", item.get("column", name), max_len=256),
         num_embeddings=r.integer(f"{where}.num_embeddings", rows, minimum=1, maximum=MAX_ROWS),
-        encoding=encoding,  # type: ignore[arg-type]  # one of ENCODINGS, checked above
+        encoding=encoding,
         max_ids=r.integer(f"{where}.max_ids", item.get("max_ids", 1), minimum=1,
                           maximum=MAX_IDS),
         vocabulary=None if vocab_raw is None else r.path(f"{where}.vocabulary", vocab_raw,
@@ -205,7 +245,7 @@ def _feature(r: Reader, where: str, name: str, raw: object, defaults: Mapping[st
     )
 
 
-def _sparse(r: Reader, raw: object, defaults: Mapping[str, Any], base: Path | None
+def _sparse(r: Reader, raw: object, defaults: Mapping[str, object], base: Path | None
             ) -> tuple[SparseFeature, ...]:
     """The list form (`[{name, ...}]`) or the mapping form (`{name: rows | {...}}`)."""
     out: list[SparseFeature] = []
@@ -232,7 +272,8 @@ def _sparse(r: Reader, raw: object, defaults: Mapping[str, Any], base: Path | No
 def _schema(r: Reader, fmt: str, raw: object, base: Path | None) -> DataSchema:
     table = r.mapping("schema", raw, known=_SCHEMA_KEYS)
     criteo = fmt in ("criteo_tsv", "criteo_npy")
-    defaults = {k: table[k] for k in ("num_embeddings", "encoding") if k in table}
+    defaults: dict[str, object] = {k: table[k] for k in ("num_embeddings", "encoding")
+                                   if k in table}
     # each format's own convention when the schema names none: Criteo's hex ids in TSV,
     # the .npy form's integers taken modulo the table (TorchRec's), a hash otherwise
     defaults.setdefault("encoding", {"criteo_tsv": "hex", "criteo_npy": "modulo"}.get(fmt,
@@ -304,7 +345,7 @@ def read_data_spec(raw: object, *, base: Path | None = None, where: str = "train
     """
     r = Reader(f"{where}: data" if where else "data", error)
     table = r.mapping("data", raw, known=_DATA_KEYS)
-    fmt = r.text("format", table.get("format"), choices=FORMATS)
+    fmt = r.choice("format", table.get("format"), FORMATS)
     if fmt == "synthetic":
         raise r.fail("format", fmt, "is the bundled models' generated log: give a bundled "
                                     "model name for it, or files of your own here")
@@ -323,16 +364,16 @@ def read_data_spec(raw: object, *, base: Path | None = None, where: str = "train
                                                "with them)")
     schema = _schema(r, fmt, table.get("schema", {}), base)
     columns = _npy_or_tsv_columns(r, fmt, schema, table.get("columns"))
-    transform = r.text("dense_transform", table.get(
-        "dense_transform", "log1p" if fmt == "criteo_tsv" else "none"), choices=DENSE_TRANSFORMS)
+    transform = r.choice("dense_transform", table.get(
+        "dense_transform", "log1p" if fmt == "criteo_tsv" else "none"), DENSE_TRANSFORMS)
     return DataSpec(
-        format=fmt,  # type: ignore[arg-type]  # one of FORMATS, checked above
+        format=fmt,
         schema=schema,
         paths=paths,
         max_bad_rows=r.integer("max_bad_rows", table.get("max_bad_rows", 100), minimum=0,
                                maximum=MAX_BAD_ROWS),
         columns=columns,
-        dense_transform=transform,  # type: ignore[arg-type]
+        dense_transform=transform,
     )
 
 
@@ -343,9 +384,9 @@ def describe(spec: DataSpec) -> str:
             f"{len(spec.schema.sparse)} sparse features; label {show(spec.schema.label)}")
 
 
-def schema_from_dict(data: Mapping[str, Any]) -> DataSchema:
-    """A schema written by `DataSchema.to_dict` (a published manifest): read back with
-    the same checks, so a damaged manifest fails in one line."""
+def schema_from_dict(data: object) -> DataSchema:
+    """A `SchemaTable` written by `DataSchema.to_dict` (a published manifest): read back
+    with the same checks, so a damaged manifest fails in one line."""
     r = Reader("manifest: schema", DataSpecError)
     table = r.mapping("schema", data)
     features = tuple(
@@ -354,11 +395,11 @@ def schema_from_dict(data: Mapping[str, Any]) -> DataSchema:
             column=r.text(f"sparse[{i}].column", item.get("column")),
             num_embeddings=r.integer(f"sparse[{i}].num_embeddings", item.get("num_embeddings"),
                                      minimum=1, maximum=MAX_ROWS),
-            encoding=r.text(f"sparse[{i}].encoding", item.get("encoding"),  # type: ignore[arg-type]
-                            choices=ENCODINGS),
+            encoding=r.choice(f"sparse[{i}].encoding", item.get("encoding"), ENCODINGS),
             max_ids=r.integer(f"sparse[{i}].max_ids", item.get("max_ids", 1), minimum=1,
                               maximum=MAX_IDS),
-            vocabulary=None if item.get("vocabulary") is None else Path(str(item["vocabulary"])),
+            vocabulary=None if item.get("vocabulary") is None
+            else r.path(f"sparse[{i}].vocabulary", item.get("vocabulary")),
         )
         for i, item in enumerate(r.mapping(f"sparse[{i}]", x) for i, x in enumerate(
             r.sequence("sparse", table.get("sparse"), min_len=1))))

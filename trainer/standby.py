@@ -139,7 +139,8 @@ def restore_priority() -> bool:
 class Go:
     """The launcher's word: be the attempt from `ts` on, with `env` added to the
     environment (what the launcher decided only for the running attempt, such as where
-    to signal its first step)."""
+    to signal its first step). What crosses the spare's standard input: one writer
+    (`line`, by `Spare.go`), one reader (`parse_go`)."""
 
     ts: float
     env: dict[str, str]
@@ -167,11 +168,12 @@ def parse_go(line: str) -> Go | None:
         raise GoMessageError(f"standby: go time = {value[:40]!r}: must be a positive unix "
                              "time")
     try:
-        env = json.loads(raw_env or "{}")
+        decoded: object = json.loads(raw_env or "{}")
     except ValueError as exc:
         raise GoMessageError(f"standby: go env = {raw_env[:80]!r}: not JSON ({exc})") from None
-    if not (isinstance(env, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+    items = list(decoded.items()) if isinstance(decoded, dict) else []
+    env = {k: v for k, v in items if isinstance(k, str) and isinstance(v, str)}
+    if not isinstance(decoded, dict) or len(env) != len(items):
         raise GoMessageError(f"standby: go env = {raw_env[:80]!r}: must be an object of "
                              "strings")
     return Go(ts, env)

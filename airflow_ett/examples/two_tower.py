@@ -18,15 +18,15 @@ the two towers' vectors plus a bias. Config (every key optional):
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
+from torchrec.datasets.utils import Batch
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.modules.mlp import MLP
 
 from airflow_ett.trainer.contract import ModelContext, TrainModel
+from airflow_ett.trainer.readers import Reader
 
 
 class TwoTower(nn.Module):
@@ -41,7 +41,7 @@ class TwoTower(nn.Module):
         self.item_tower = MLP(len(item) * dim, tower)
         self.bias = nn.Parameter(torch.zeros(1))
 
-    def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         pooled = self.tables(batch.sparse_features).to_dict()
         user = torch.cat([pooled[f] for f in self.user] + [batch.dense_features], dim=1)
         item = torch.cat([pooled[f] for f in self.item], dim=1)
@@ -52,17 +52,20 @@ class TwoTower(nn.Module):
 
 def build(context: ModelContext) -> TrainModel:
     """The factory airflow-ett calls: tables from the data schema, the rest from config."""
-    config = context.config
+    config = context.config  # the table as written: check each value read from it
+    r = Reader("two_tower model_config", ValueError)
     features = [f.name for f in context.schema.sparse]
     half = max(1, len(features) // 2)
-    user = list(config.get("user_features", features[:half]))
-    item = list(config.get("item_features", features[half:] or features[:1]))
+    user = list(r.strings("user_features", config.get("user_features", features[:half])))
+    item = list(r.strings("item_features",
+                          config.get("item_features", features[half:] or features[:1])))
     unknown = sorted(set(user + item) - set(features))
     if unknown:
         raise ValueError(f"user_features/item_features name {unknown}, not features of the "
                          f"data ({features})")
-    dim = int(config.get("embedding_dim", 16))
-    tower = [int(x) for x in config.get("tower", [64, 32])]
+    dim = r.integer("embedding_dim", config.get("embedding_dim", 16), minimum=1)
+    tower = [r.integer(f"tower[{i}]", x, minimum=1)
+             for i, x in enumerate(r.sequence("tower", config.get("tower", [64, 32]), min_len=1))]
     tables = EmbeddingBagCollection(
         tables=[EmbeddingBagConfig(name=f"t_{f.name}", embedding_dim=dim,
                                    num_embeddings=f.num_embeddings, feature_names=[f.name])

@@ -351,3 +351,37 @@ def test_a_hostile_config_file_is_a_config_error(tmp_path: Path, kind: str, make
     with pytest.raises(ConfigError) as info:
         in_thread(lambda: load_config(config))
     assert str(info.value).startswith(f"trainer config {config}: {says}"), info.value
+
+
+def test_the_trainer_file_its_writer_writes_is_what_load_config_reads(tmp_path: Path) -> None:
+    """`<job>/trainer.json`: `trainer_file_bytes` (the operators' one writer) and
+    `load_config` (the trainer's one reader) agree on every field; `ConfigTable` names
+    exactly the fields the reader accepts."""
+    from dataclasses import fields
+
+    from airflow_ett.trainer.config import (
+        REQUIRED_FIELDS,
+        ConfigTable,
+        TrainerConfig,
+        TrainerFile,
+        trainer_file_bytes,
+    )
+
+    assert set(ConfigTable.__annotations__) == (
+        {f.name for f in fields(TrainerConfig)} | {"model_config", "model_code_path"})
+    assert set(REQUIRED_FIELDS) <= set(TrainerFile.__annotations__)
+    table: TrainerFile = {
+        "model": "dlrm_tiny", "steps": 12, "checkpoint_dir": str(tmp_path / "ckpt"),
+        "compile_cache_dir": str(tmp_path / "cc"), "seed": 7, "checkpoint_interval": "30s",
+        "faults": [{"kind": "slow_save", "at_step": 3, "attempt": 1, "seconds": 2.5}],
+        "optimizations": {"warm_standby": False}, "hang_timeout_s": None,
+    }
+    data = trainer_file_bytes(table)
+    assert json.loads(data) == table and data.endswith(b"}\n")
+    (tmp_path / "trainer.json").write_bytes(data)
+    cfg = load_config(tmp_path / "trainer.json")
+    assert cfg == config_from_mapping(table)
+    assert (cfg.steps, cfg.seed, cfg.checkpoint_interval) == (12, 7, "30s")
+    assert cfg.faults == (FaultSpec("slow_save", 3, 1, 2.5, None),)
+    assert cfg.optimizations.warm_standby is False and cfg.optimizations.fast_batch is True
+    assert cfg.compile_cache_dir == tmp_path / "cc"

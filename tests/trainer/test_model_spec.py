@@ -94,3 +94,16 @@ def test_installed_and_editable_packages_are_found_too() -> None:
         print(sorted(m for m in sys.modules if m.startswith(("torch", "airflow_ett.examples"))))
     ''')], capture_output=True, text=True, check=True, timeout=60)
     assert probe.stdout.strip() == "[]", probe.stdout
+
+
+def test_a_spec_written_by_to_dict_reads_back_and_a_damaged_one_is_named(owner: Path
+                                                                         ) -> None:
+    from airflow_ett.trainer.model_spec import from_dict
+
+    spec = read_model_spec(f"{PKG}.towers:build", {"dim": 8, "tower": [4, 2]},
+                           code_path=owner)
+    assert from_dict(spec.to_dict()) == spec
+    with pytest.raises(ModelSpecError, match="model: factory = 3: must be a string"):
+        from_dict({**spec.to_dict(), "factory": 3})
+    with pytest.raises(ModelSpecError, match=r"model: config = \[1\]: must be a mapping"):
+        from_dict({**spec.to_dict(), "config": [1]})

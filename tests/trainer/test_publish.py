@@ -55,6 +55,7 @@ from airflow_ett.trainer.publish import (
     load_published,
     main,
     publish_model,
+    read_manifest,
 )
 from airflow_ett.trainer.state import TrainState
 from tests.hostile import deep_json, huge, in_thread, not_utf8
@@ -280,6 +281,33 @@ def test_no_committed_checkpoint_is_a_clear_error(copy_of: TrainerConfig, tmp_pa
     assert f"no committed checkpoint in {copy_of.checkpoint_dir}" in str(caught.value)
     assert "2 step directories" in str(caught.value)
     assert not out.exists()
+
+
+def test_the_manifest_reads_back_as_its_writer_wrote_it(trained: TrainerConfig,
+                                                       tmp_path: Path) -> None:
+    published = publish_model(trained, tmp_path, metrics={"auc": 0.5},
+                              ett_summary={"ett_pct": 60.0}, extra={"who": [1, "a"]})
+    assert read_manifest(published.path) == published.manifest
+    assert load_published(published.path)[1] == published.manifest
+
+
+@pytest.mark.parametrize(("where", "value", "says"), [
+    (("weights", "tensors"), "11", "weights.tensors = '11': must be an integer >= 0"),
+    (("checkpoint", "cursor"), -1, "checkpoint.cursor = -1: must be >= 0"),
+    (("run", "seed"), 1.5, "run.seed = 1.5: must be an integer >= 0"),
+    (("model", "factory"), None,
+     "bad model description: model: factory = None: must be a string"),
+])
+def test_a_damaged_manifest_field_is_named_with_its_value(
+        trained: TrainerConfig, tmp_path: Path, where: tuple[str, str], value: object,
+        says: str) -> None:
+    published = publish_model(trained, tmp_path)
+    manifest = json.loads(published.manifest_path.read_text())
+    manifest[where[0]][where[1]] = value
+    published.manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError) as caught:
+        load_published(published.path)
+    assert str(caught.value) == f"{published.manifest_path}: {says}"
 
 
 def test_reading_what_was_never_published_names_the_path(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ and no file opened (a DAG file validates it at parse time)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,34 @@ def test_npy_paths_name_the_dense_files_and_columns_are_tsv_only() -> None:
                         "schema": {"dense": [], "sparse": {"a": 3}}})
     with pytest.raises(DataSpecError, match=r"schema\.dense = None: missing"):
         read_data_spec({"format": "parquet", "paths": "/p", "schema": {"sparse": {"a": 3}}})
+
+
+def test_a_data_table_written_by_its_writer_reads_back_as_the_same_spec() -> None:
+    """`DataSpec.to_dict` writes the `data` table a job's trainer config carries
+    (`operators.lifecycle`); the trainer reads it as any other (`read_data_spec`)."""
+    spec = read_data_spec({
+        "format": "criteo_tsv", "paths": ["/d/day_*.tsv"], "max_bad_rows": 7,
+        "schema": {"num_embeddings": 100, "sparse": {"cat_0": 10, "cat_1": {
+            "num_embeddings": 20, "encoding": "vocabulary", "vocabulary": "/v/cat_1.txt"}}}})
+    table = spec.to_dict()
+    assert read_data_spec(table) == spec
+    assert schema_from_dict(table["schema"]) == spec.schema
+    assert table["schema"]["sparse"][1]["vocabulary"] == "/v/cat_1.txt"
+    assert "vocabulary" not in table["schema"]["sparse"][0]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"label": 3}, "label = 3: must be a string"),
+    ({"dense": "a"}, "dense = 'a': must be a list"),
+    ({"sparse": [{"name": "c", "column": "c", "num_embeddings": 0, "encoding": "hash"}]},
+     "sparse[0].num_embeddings = 0: must be >= 1"),
+    ({"sparse": [{"name": "c", "column": "c", "num_embeddings": 5, "encoding": "rot13"}]},
+     "sparse[0].encoding = 'rot13': must be one of"),
+])
+def test_a_damaged_schema_table_names_the_field_and_value(change: dict[str, Any],
+                                                          says: str) -> None:
+    table = {"label": "label", "dense": ["a"],
+             "sparse": [{"name": "c", "column": "c", "num_embeddings": 5, "encoding": "hash"}],
+             **change}
+    with pytest.raises(DataSpecError, match=f"manifest: schema: {re.escape(says)}"):
+        schema_from_dict(table)

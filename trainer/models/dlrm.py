@@ -15,7 +15,7 @@ the dense arches compile with none.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from torch import nn
 from airflow_ett.trainer.contract import ModelContext, TrainModel
 from airflow_ett.trainer.model_config import MAX_LAYER, MAX_WIDTH, ModelConfigError
 from airflow_ett.trainer.readers import Reader
+
+if TYPE_CHECKING:
+    from torchrec.datasets.utils import Batch
 
 #: The parts compiled, as dotted submodule names of `DLRMTrain`.
 DENSE_PARTS: Final = ("model.dense_arch", "model.inter_arch", "model.over_arch")
@@ -39,12 +42,12 @@ class DLRMTrain(nn.Module):
         self.model = dlrm
         self.loss_fn = nn.BCEWithLogitsLoss()
 
-    def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.model(batch.dense_features, batch.sparse_features).squeeze(-1)
         return self.loss_fn(logits, batch.labels), logits.detach()
 
 
-def _arch(config: Mapping[str, Any]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+def _arch(config: Mapping[str, object]) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     r = Reader("model_config", ModelConfigError)
     r.mapping("model_config", config, known=(*_ARCH, *_DATA_SHAPES))
     for key in _ARCH:
