@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airflow_ett.ett.checkpoint_math import auto_interval, interval_floor
+from airflow_ett.trainer.save_cost import COST_SAMPLE, MeasuredSave, typical
 
 if TYPE_CHECKING:
     from airflow_ett.trainer.config import TrainerConfig
-    from airflow_ett.trainer.save_cost import MeasuredSave
 
 log = logging.getLogger("airflow_ett.trainer")
 
@@ -44,6 +44,7 @@ class IntervalPolicy:
     history: History | None = None
     last_step: int = 0
     last_time: float = 0.0
+    measures: list[MeasuredSave] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, cfg: TrainerConfig, history: History) -> IntervalPolicy:
@@ -87,10 +88,12 @@ class IntervalPolicy:
         self.last_step, self.last_time = step, now
 
     def measured(self, save: MeasuredSave) -> None:
-        """The loop has measured a periodic save: under "auto", choose again from its cost
-        (a save that cost nothing measurable keeps the choice)."""
+        """The loop has measured a periodic save: under "auto", choose again from the
+        typical cost of the latest ones (a save that cost nothing measurable keeps the
+        choice)."""
         if self.history is not None and save.cost_s > 0:
-            self.seconds = self._choose(save)
+            self.measures = [*self.measures[-(COST_SAMPLE - 1):], save]
+            self.seconds = self._choose(typical(self.measures))
 
     def _choose(self, save: MeasuredSave | None) -> float:
         assert self.history is not None

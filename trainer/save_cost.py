@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 #: Steady steps the baseline median is taken over.
 STEADY_WINDOW = 64
 #: Fewer steady steps than this before a save: its slowdown is unknown (no baseline).
 MIN_STEADY = 5
+#: How many of the latest measured saves `typical` is the median of.
+COST_SAMPLE = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +114,18 @@ class SaveCost:
             step=save.step, blocking_s=save.blocking_s,
             slowdown_s=None if save.baseline_s is None else max(0.0, save.extra_s),
             steps=save.steps, duration_s=max(0.0, until - save.start))
+
+
+def typical(saves: Sequence[MeasuredSave]) -> MeasuredSave:
+    """The median save of `saves` (the latest `COST_SAMPLE`), field by field: one save's
+    slowdown is noisy (the steps beside it share the host with everything else)."""
+    recent = list(saves)[-COST_SAMPLE:]
+    if not recent:
+        raise ValueError("typical() of no saves")
+    known = [s.slowdown_s for s in recent if s.slowdown_s is not None]
+    return MeasuredSave(
+        step=recent[-1].step,
+        blocking_s=statistics.median(s.blocking_s for s in recent),
+        slowdown_s=statistics.median(known) if known else None,
+        steps=round(statistics.median(s.steps for s in recent)),
+        duration_s=statistics.median(s.duration_s for s in recent))

@@ -119,9 +119,14 @@ def test_auto_is_bounded_below_by_what_a_save_costs_not_by_30_seconds() -> None:
     policy.measured(cheap)
     assert policy.seconds == pytest.approx(daly_interval(cheap.cost_s, 60.0))
     assert interval_floor(cheap.cost_s, 0.8) <= policy.seconds < 30.0
-    # a save dearer than the optimum allows: the floor, a tenth of the time between saves
+    # one dear save moves the typical cost by half (the median of two) ...
     dear = MeasuredSave(step=80, blocking_s=2.0, slowdown_s=4.0, steps=30, duration_s=9.0)
     policy.measured(dear)
+    assert cheap.cost_s < policy.measures[-1].cost_s
+    assert len(policy.measures) == 2
+    # ... saves that stay dear set it: the floor, a tenth of the time between saves
+    for _ in range(3):
+        policy.measured(dear)
     assert policy.seconds == interval_floor(6.0, 9.0) == pytest.approx(60.0)
 
 

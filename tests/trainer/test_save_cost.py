@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_ett.trainer.save_cost import MIN_STEADY, MeasuredSave, SaveCost
+from airflow_ett.trainer.save_cost import COST_SAMPLE, MIN_STEADY, MeasuredSave, SaveCost, typical
 
 
 def _steps(meter: SaveCost, clock: list[float], durations: list[float], *, saving: bool
@@ -87,3 +87,15 @@ def test_the_slowdown_is_the_extra_time_of_the_steps_beside_the_save(
     assert save is not None and save.steps == steps
     assert save.slowdown_s == pytest.approx(steps * extra, abs=1e-6)
     assert save.cost_s == pytest.approx(blocking + steps * extra, abs=1e-6)
+
+
+def test_the_typical_save_is_the_median_of_the_latest() -> None:
+    saves = [MeasuredSave(i, 0.01, slow, 3, 0.5) for i, slow in
+             enumerate([9.0, 0.1, 0.3, None, 0.2, 5.0, 0.2])]
+    latest = typical(saves)
+    assert len(saves[-COST_SAMPLE:]) == 5 and latest.step == 6
+    assert latest.slowdown_s == pytest.approx(0.25)  # median of 0.3, 0.2, 5.0, 0.2
+    assert latest.blocking_s == 0.01 and latest.steps == 3
+    assert typical([MeasuredSave(1, 0.5, None, 0, 0.5)]).slowdown_s is None
+    with pytest.raises(ValueError):
+        typical([])
