@@ -30,14 +30,9 @@ import numpy.typing as npt
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from airflow_ett.trainer.data_gen import (
-    ClickLogSpec,
-    RawBatch,
-    Source,
-    WorkerPool,
-    _check_rank,
-    check_cursor,
-)
+from airflow_ett.trainer.data_gen import ClickLogSpec
+from airflow_ett.trainer.data_source import RawBatch, Source, check_cursor, check_rank
+from airflow_ett.trainer.data_workers import WorkerPool
 
 if TYPE_CHECKING:
     from torchrec.datasets.utils import Batch as TorchRecBatch
@@ -180,7 +175,7 @@ class DataPipeline:
 
     `num_workers=0` generates inline in the consumer (tests, tiny runs). Workers are
     spawned, never forked (torch's threads and torchrun make fork unsafe); they import
-    only numpy (see `data_gen`), so their start is short. Note that spawn re-imports the
+    only numpy (see `data_workers`), so their start is short. Note that spawn re-imports the
     parent's main *script* in each worker when the trainer is started as `python file.py`
     (not with `-m`), which then costs whatever that script imports.
 
@@ -213,7 +208,7 @@ class DataPipeline:
             raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an integer >= 1, got {prefetch!r}")
-        _check_rank(rank, world_size)
+        check_rank(rank, world_size)
         if not startup_latency_s >= 0:  # also rejects NaN
             raise ValueError(f"startup_latency_s must be >= 0, got {startup_latency_s!r}")
         if inject_failure_at is not None:

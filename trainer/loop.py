@@ -66,7 +66,7 @@ if TYPE_CHECKING:  # imported where used: torchrec (data) and inductor (cache) l
     from airflow_ett.trainer.checkpoint import CheckpointManager, SaveResult
     from airflow_ett.trainer.compile_cache import CompileCache
     from airflow_ett.trainer.data import Batch, DataPipeline
-    from airflow_ett.trainer.data_gen import Source
+    from airflow_ett.trainer.data_source import Source
     from airflow_ett.trainer.standby import PhaseRecorder
 
 log = logging.getLogger("airflow_ett.trainer")

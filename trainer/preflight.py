@@ -138,7 +138,7 @@ def _mlp_params(inputs: int, sizes: tuple[int, ...]) -> int:
 
 
 def batches_in_flight(prefetch: int, num_workers: int) -> int:
-    """Batches held at once, as `data_gen.WorkerPool` holds them: each of `num_workers`
+    """Batches held at once, as `data_workers.WorkerPool` holds them: each of `num_workers`
     workers has its own queue of `ceil(prefetch / num_workers)` (at least 1) and builds
     one more while it waits to put it, and the step trains on one. With no workers the
     consumer builds its one batch inline."""

@@ -129,7 +129,7 @@ def test_parsing_the_dag_and_reading_files_import_no_torch(tmp_path: Path) -> No
         import runpy, sys
         runpy.run_path({str(path)!r})
         import airflow_ett.trainer.files, airflow_ett.trainer.encode
-        import airflow_ett.trainer.data_gen
+        import airflow_ett.trainer.data_gen, airflow_ett.trainer.data_workers
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "ranking",
                                                                   "torchrec")))
     ''')], capture_output=True, text=True, timeout=120, check=False)

@@ -413,7 +413,8 @@ def test_worker_failures_surface_as_errors_not_hangs() -> None:
 
 _CHILD = """
 import os, signal, sys
-from airflow_ett.trainer.data_gen import ClickLogSpec, WorkerPool
+from airflow_ett.trainer.data_gen import ClickLogSpec
+from airflow_ett.trainer.data_workers import WorkerPool
 spec = ClickLogSpec(seed=1, num_dense=2, tables=(("a", 10),), ids_per_feature=1, batch_size=4)
 pool = WorkerPool(spec, start_cursor=0, num_workers=2, prefetch=1, rank=0, world_size=1)
 pool.start()

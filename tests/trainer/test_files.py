@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from airflow_ett.examples.make_data import NUM_EMBEDDINGS, make
 from airflow_ett.trainer.data import DataPipeline
-from airflow_ett.trainer.data_gen import RawBatch
+from airflow_ett.trainer.data_source import RawBatch
 from airflow_ett.trainer.files import TSV_STRIDE, DataError, FileSource, file_source
 from airflow_ett.trainer.schema import read_data_spec
 
