@@ -45,6 +45,10 @@ class IntervalPolicy:
     last_step: int = 0
     last_time: float = 0.0
     measures: list[MeasuredSave] = field(default_factory=list)
+    #: The history as read at start, and when (monotonic): read once an attempt, since
+    #: the choice after every save runs on the loop's thread.
+    known: tuple[float, int, float | None] | None = None
+    known_at: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: TrainerConfig, history: History) -> IntervalPolicy:
@@ -97,7 +101,11 @@ class IntervalPolicy:
 
     def _choose(self, save: MeasuredSave | None) -> float:
         assert self.history is not None
-        train_s, failures, history_csbt = self.history()
+        if save is None or self.known is None:
+            self.known, self.known_at = self.history(), time.monotonic()
+        train_s, failures, history_csbt = self.known
+        if save is not None:  # trained since the read: failure-free, this attempt's own
+            train_s += max(0.0, time.monotonic() - self.known_at)
         if save is None:
             cost, save_s, what = history_csbt or UNMEASURED_COST_S, 0.0, "CSBT"
         else:
