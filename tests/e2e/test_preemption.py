@@ -217,11 +217,11 @@ def _preempt_once(af: EmbeddedAirflow, url: str) -> tuple[str, str]:
     # meanwhile, the job cannot reach its last step first (on a loaded machine each look
     # takes 10-20 s, and a job that finishes has nothing left to yield).
     _wait("the slow save ends and the low job trains on",
-          lambda: _trains_after_saves(_events(url, low)), af, timeout=120.0)
+          lambda: _trains_after_saves(_events(url, low)), af, timeout=60.0)
     with _frozen(af, low):
         said = _wait("the controller asks the low job to yield",
                      lambda: (out := _controller(af)) and "asked to yield" in out and out, af,
-                     timeout=120.0)
+                     timeout=60.0)
     assert f"preempted {low}: tenant batch over its guarantee by 1 GPU" in said
     assert "yields at its next checkpoint" in said, said
     assert af.wait_for_run("pre_high", high_run, timeout=420.0) == "success"
