@@ -40,21 +40,23 @@ from airflow_ett.trainer.loop import Trainer
 from airflow_ett.trainer.model import build_for
 from airflow_ett.trainer.model_config import BUNDLED
 from airflow_ett.trainer.publish import (
-    FORMAT_VERSION,
-    LATEST,
-    MANIFEST,
-    RUN_FIELDS,
-    WEIGHTS,
-    IntegrityError,
     NoCheckpointError,
-    NotPublishedError,
-    PublishError,
     _advance_latest,
     _allocate,
     build_published_model,
     load_published,
     main,
     publish_model,
+)
+from airflow_ett.trainer.publish_manifest import (
+    FORMAT_VERSION,
+    LATEST,
+    MANIFEST,
+    RUN_FIELDS,
+    WEIGHTS,
+    IntegrityError,
+    NotPublishedError,
+    PublishError,
     read_manifest,
 )
 from airflow_ett.trainer.state import TrainState
