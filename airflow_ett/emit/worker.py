@@ -55,6 +55,9 @@ _HEAL_INTERVAL: Final = 5.0
 
 _PENDING, _DONE, _SPOOLED = 0, 1, 2
 
+#: How long `close` waits at least for a batch the drain thread is writing to the spool.
+SPILL_GRACE_S: Final = 5.0
+
 
 class _Marker:
     """A flush request travelling through the queue: done once all before it is handled."""
@@ -291,6 +294,11 @@ class BackgroundWriter:
         self._limit = self._queue_size
         self._queue: deque[Event | _Marker] = deque()
         self._lock = threading.Lock()
+        #: Batches the drain thread has claimed for the spool and not yet written (under
+        #: `_lock`): `end_close` waits for them, or a process leaving right after would
+        #: take them down with the daemon thread (seen under load: all 1000 lost).
+        self._spilling = 0
+        self._spilled = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._urgent = False
         self._stopping = False
@@ -382,6 +390,7 @@ class BackgroundWriter:
                 ok = False
         if not ok or self._queue:
             self._rescue()
+        self._await_spills(deadline)
         self._sink.stop(deadline)
         self._spool.close()
         _WRITERS.discard(self)
@@ -565,7 +574,23 @@ class BackgroundWriter:
             if batch.state != _PENDING:
                 return  # a flush's rescue already spooled it
             batch.state = _SPOOLED
-        self._spill_events(batch.events)
+            self._spilling += 1
+        try:
+            self._spill_events(batch.events)
+        finally:
+            with self._lock:
+                self._spilling -= 1
+                self._spilled.notify_all()
+
+    def _await_spills(self, deadline: float) -> None:
+        """Until no claimed batch is still being written to the spool: until `deadline`,
+        and at least `SPILL_GRACE_S` (a local write; the store is not waited for)."""
+        wait = max(deadline - time.monotonic(), SPILL_GRACE_S)
+        with self._lock:
+            if not self._spilled.wait_for(lambda: self._spilling == 0, wait):
+                rate_limited(logging.ERROR, "spill-late", "ETT emit: %d batch(es) still being "
+                             "written to the spool %s after %.1fs at close", self._spilling,
+                             self.spool_dir, wait)
 
     def _spill_events(self, events: list[Event]) -> None:
         try:
