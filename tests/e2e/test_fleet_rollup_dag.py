@@ -22,6 +22,7 @@ import pytest
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
 from airflow_ett.rollup import day_window
 from airflow_ett.store import EttStore, upgrade
+from tests.components import WITHOUT_TRIGGERER
 from tests.rollup.scenarios import job_a, job_b, late_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -65,7 +66,7 @@ def _backfill(af: EmbeddedAirflow, today: dt.date) -> tuple[dt.date, dt.date]:
          "--max-active-runs", "2"],
         env=af.env, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    af.start()
+    af.start(WITHOUT_TRIGGERER)
     af.wait_until_ready(180.0)
     backfilled = _wait_for_finished_runs(af, 2 + 1 + BACKFILL_DAYS, timeout=300.0)
     states = {r["data_interval_start"][:10]: r["state"] for r in backfilled
@@ -91,7 +92,7 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
            "AIRFLOW__ETT__ROLLUP_RECOMPUTE_DAYS": "2"}
     with EmbeddedAirflow(tmp_path / "home", dags, extra_env=env) as af:
         af.migrate()
-        af.start()
+        af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         af.wait_for_dag(DAG_ID, timeout=120.0)
         af.unpause(DAG_ID)

@@ -1,5 +1,5 @@
 """The demo lifecycle DAG on a real Airflow: SQLite, LocalExecutor, and the scheduler,
-dag-processor, triggerer and API server as separate processes (not `dag.test()`, which
+dag-processor and API server as separate processes (not `dag.test()`, which
 fires neither `on_starting` nor the DAG-run hooks).
 
 The demo runs with a cold compile cache: its prewarm pays the model's one full compile,
@@ -24,6 +24,7 @@ from airflow_ett.embedded import EmbeddedAirflow, RunResult
 from airflow_ett.ett.events import JobEnded, JobSubmitted, ModelPublished, TaskStateChanged
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -37,7 +38,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflo
     host_tmp.mkdir()
     with EmbeddedAirflow(home, DAGS, extra_env={"TMPDIR": str(host_tmp)}) as af:
         af.migrate()
-        af.start()
+        af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         yield af
 

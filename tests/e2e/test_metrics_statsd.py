@@ -1,6 +1,6 @@
 """ETT metrics from a real Airflow run, received as StatsD lines on a real UDP socket.
 
-A real scheduler, dag processor, triggerer and API server (EmbeddedAirflow) with
+A real scheduler, dag processor and API server (EmbeddedAirflow) with
 `[metrics] statsd_on` pointed at a socket this test listens on (a thread collecting
 datagrams); a tiny recorded DAG is triggered, and once it has succeeded the run's job
 metrics must arrive from the scheduler, under the names that carry the DAG, tenant and
@@ -21,6 +21,7 @@ import pytest
 from airflow_ett.embedded import EmbeddedAirflow
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -103,7 +104,7 @@ def test_a_finished_run_s_metrics_reach_a_statsd_server(tmp_path: Path) -> None:
     try:
         with EmbeddedAirflow(tmp_path / "home", dags, extra_env=env) as af:
             af.migrate()
-            af.start()
+            af.start(WITHOUT_TRIGGERER)
             af.wait_until_ready(180.0)
             af.wait_for_dag("ett_tiny", timeout=120.0)
             af.unpause("ett_tiny")

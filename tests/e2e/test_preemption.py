@@ -42,6 +42,7 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore, upgrade
+from tests.components import WITHOUT_TRIGGERER
 from tests.reference_run import assert_same_weights, reference_weights
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -178,7 +179,7 @@ def _start(af: EmbeddedAirflow) -> None:
     af.migrate()
     synced = af.ett("tenants", "sync")
     assert synced.returncode == 0, synced.stdout + synced.stderr
-    af.start()
+    af.start(WITHOUT_TRIGGERER)
     af.wait_until_ready(180.0)
     for dag_id in ("pre_low", "pre_high"):
         af.wait_for_dag(dag_id, timeout=120.0)
