@@ -11,10 +11,13 @@ Callers only append to a deque (no lock, no wait). Two daemon threads do the res
   interrupted in Python, so it gets a thread of its own to hang in). Between live batches
   it replays spool files, at start and again after the store comes back.
 
-`flush`/`close` wait at most their timeout; what is still queued or in flight then is
-spooled by the waiting thread itself ("rescue"). Batches are claimed under a lock so a
-batch is spooled at most once by us; a timed-out write that completes later leaves the
-batch both in the store and in the spool, which the idempotent insert absorbs on replay.
+`flush`/`close` wait at most their timeout for the store; what is still queued or in
+flight then is spooled by the waiting thread itself ("rescue"). Batches are claimed under
+a lock so a batch is spooled at most once by us; a timed-out write that completes later
+leaves the batch both in the store and in the spool, which the idempotent insert absorbs
+on replay. A batch the drain thread has already claimed for the spool is its to write:
+`close` waits for that local write (at least `SPILL_GRACE_S`), since the process may exit
+right after and take the daemon thread, and the batch, with it.
 
 Processes: an atexit hook closes every writer with its timeout; after `os.fork` the
 child drops the parent's queue (the parent delivers those events), threads, spool file
