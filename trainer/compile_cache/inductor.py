@@ -4,9 +4,14 @@
   lookups of them cleared (`point_inductor_at`): inductor reads the first on every use,
   not at `import torch`, so setting it late works if it is before the first compile; the
   second sticks once the first kernel launch has set it.
-* Precompiled C++ headers off unless asked for: inductor keeps them outside its cache
-  dir, so a warm process on a fresh host would rebuild them. The switch is part of the
-  FX graph cache key, so the entry's manifest records it.
+* Precompiled C++ headers (`set_precompiled_headers`): on for a cold compile, as torch
+  has them (a kernel build then reads one prebuilt header instead of parsing ATen's
+  vector headers again), off for a warm one: inductor keeps them outside its cache dir,
+  so a warm process on a fresh host would rebuild them (~150 MB) before it looks for a
+  built kernel. The kernels' build command is made the same either way
+  (`key_kernels_without_header_switch`), so what a cold process built is what a warm one
+  looks up. The switch is part of the FX graph cache key, so the entry's manifest
+  records it.
 * The CPU vector-ISA probe's answer from the entry instead of probing again, when the CPU
   and compiler are the saver's (`settle_vec_isa`).
 * Each option process-wide, not only for the calling thread (`set_process_wide`):
@@ -96,7 +101,7 @@ def compiler_id() -> str:
     return f"{compiler}: {first}"
 
 
-def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
+def point_inductor_at(local: Path) -> list[str]:
     """Set inductor's (and Triton's) cache dirs; return cache switches found off."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(local)
     os.environ["TRITON_CACHE_DIR"] = str(local / "triton")
@@ -108,8 +113,6 @@ def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    if not precompiled_headers:
-        set_process_wide(inductor_config, "cpp_cache_precompile_headers", False)
     switches = (
         ("torch._inductor.config.fx_graph_cache is off", not inductor_config.fx_graph_cache),
         (
@@ -127,6 +130,73 @@ def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
         log.warning("compile cache: %s", problem)
         return [problem]
     return []
+
+
+#: The C++ header switch as torch (or its user) had it before `set_precompiled_headers`
+#: first changed it in this process: what a cold compile uses.
+_TORCH_HEADERS: bool | None = None
+
+
+def torch_precompiled_headers() -> bool:
+    """Whether torch precompiles C++ headers when left alone (on unless its user turned it
+    off: `TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0`), as it was before this module
+    first changed it."""
+    global _TORCH_HEADERS
+    if _TORCH_HEADERS is None:
+        import torch._inductor.config as inductor_config
+
+        _TORCH_HEADERS = bool(inductor_config.cpp_cache_precompile_headers)
+    return _TORCH_HEADERS
+
+
+def set_precompiled_headers(on: bool) -> None:
+    """Turn inductor's C++ header precompiling on or off, for every thread."""
+    import torch._inductor.config as inductor_config
+
+    torch_precompiled_headers()  # remember torch's own setting first
+    set_process_wide(inductor_config, "cpp_cache_precompile_headers", on)
+
+
+#: The one definition in inductor's C++ build command that depends on the header switch.
+PCH_DEFINE = "TORCH_INDUCTOR_PRECOMPILE_HEADERS"
+
+
+def key_kernels_without_header_switch() -> bool:
+    """Make inductor's C++ kernel build command, and so each kernel's key (the name of its
+    built `.so`), the same whether headers are precompiled or not; True when in effect.
+
+    In torch 2.13 every C++ build defines `TORCH_INDUCTOR_PRECOMPILE_HEADERS` when the
+    switch is on (`cpp_builder._get_torch_cpp_wrapper_definition`), and `CppCodeCache`
+    hashes the command line into the kernel's key. Only the C++ wrapper's headers read
+    that definition (to include more for the precompiled header); a kernel's code does not.
+    So, outside `cpp_wrapper` builds, it is left out: the kernels a cold process built with
+    headers precompiled are the ones a warm process, headers off, looks up (checked by
+    `tests/trainer/test_compile_cache.py`). Idempotent; False, with nothing changed, when
+    torch's function is not what this expects (then both sides must keep the same switch).
+    """
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._inductor import cpp_builder
+    except ImportError:
+        return False
+    current = getattr(cpp_builder, "_get_torch_cpp_wrapper_definition", None)
+    if current is None:
+        log.warning("compile cache: torch's C++ build definitions moved; precompiled headers "
+                    "stay off")
+        return False
+    if getattr(current, "_ett_header_free", False):
+        return True
+
+    def definitions() -> list[str]:
+        defs: list[str] = current()
+        if inductor_config.cpp_wrapper:  # the definition selects the wrapper's includes
+            return defs
+        return [d for d in defs if d != PCH_DEFINE]
+
+    definitions._ett_header_free = True  # type: ignore[attr-defined]
+    definitions.__wrapped__ = current  # type: ignore[attr-defined]
+    cpp_builder._get_torch_cpp_wrapper_definition = definitions
+    return True
 
 
 @dataclass(frozen=True, slots=True)
