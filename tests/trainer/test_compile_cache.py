@@ -616,6 +616,55 @@ def test_kernels_are_keyed_the_same_with_headers_precompiled_or_not(
     assert cc.inductor.PCH_DEFINE not in command(False, wrapper=True)
 
 
+def test_the_compiler_import_begun_ahead_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`start_compiler_import` starts one daemon thread a process; the import `activate`
+    opens with (`import_compiler_modules`) waits for it to end, then finds it done."""
+    inductor = cc.inductor
+    release = threading.Event()
+    calls: list[str] = []
+
+    def slow_import() -> None:
+        calls.append(threading.current_thread().name)
+        release.wait(10)
+
+    monkeypatch.setattr(inductor, "_IMPORTER", None)
+    monkeypatch.setattr(inductor, "_import_all", slow_import)
+    assert cc.compiler_import_ahead() is None
+    cc.start_compiler_import()
+    cc.start_compiler_import()  # once a process
+    importer = inductor._IMPORTER
+    assert importer is not None and importer.thread.daemon
+    assert importer.thread.name == "ett-compiler-import"
+    waiting = threading.Thread(target=cc.import_compiler_modules, name="activate")
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and cc.compiler_import_ahead() == (importer.began, None)
+    release.set()
+    waiting.join(10)
+    assert not waiting.is_alive() and not importer.thread.is_alive()
+    assert calls == ["ett-compiler-import", "activate"]
+    assert importer.ended is not None and importer.ended >= importer.began
+
+
+def test_a_compiler_import_that_failed_ahead_fails_in_activate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inductor = cc.inductor
+
+    def broken() -> None:
+        raise ImportError("no inductor here")
+
+    monkeypatch.setattr(inductor, "_IMPORTER", None)
+    monkeypatch.setattr(inductor, "_import_all", broken)
+    cc.start_compiler_import()
+    importer = inductor._IMPORTER
+    assert importer is not None
+    importer.thread.join(10)
+    assert importer.error == "ImportError: no inductor here"
+    with pytest.raises(ImportError, match="no inductor here"):
+        cc.import_compiler_modules()
+
+
 def test_miss_without_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cache = CompileCache(tmp_path / "nowhere", local_dir=tmp_path / "local")
     assert not cache.has("k1")
@@ -1057,6 +1106,31 @@ def test_a_malformed_part_is_that_part_alone_with_its_reason(
 # Real compiles, each in a fresh process
 # ---------------------------------------------------------------------------------------
 
+
+@pytest.mark.integration
+def test_activate_waits_for_a_real_import_ahead_in_a_fresh_process(tmp_path: Path) -> None:
+    """Torch's compiler imported for real on the thread, in a process that has not
+    imported it: `activate` waits for what is left of it, which is no more than it took."""
+    code = (
+        "import json, sys\n"
+        "import torch\n"
+        "from airflow_ett.trainer.compile_cache import (COMPILER_MODULES, CompileCache,\n"
+        "    compiler_import_ahead, start_compiler_import)\n"
+        "assert 'torch._inductor.codecache' not in sys.modules\n"
+        "start_compiler_import()\n"
+        f"cache = CompileCache({str(tmp_path / 'root')!r}, local_dir={str(tmp_path / 'l')!r})\n"
+        "load = cache.activate('k')\n"
+        "began, ended = compiler_import_ahead()\n"
+        "print(json.dumps({'took': ended - began, 'waited': load.breakdown['import_compiler'],\n"
+        "                  'all': all(m in sys.modules for m in COMPILER_MODULES)}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["all"] is True
+    assert 0 < state["waited"] <= state["took"] + 0.05, state
 
 PROBE = "airflow_ett.trainer.compile_probe"
 

@@ -19,6 +19,9 @@
 * The caches' own switches stay as the user set them; one that matters being off is
   reported as a problem.
 
+Torch's compiler modules can be imported ahead, on a thread (`start_compiler_import`),
+while the process waits on something else; `activate` then waits for that import.
+
 The torch internals this relies on (torch 2.13, read in its source) are in
 docs/decisions/0004-trainer-choices.md; the figures in bench/RESULTS.md.
 """
@@ -29,6 +32,8 @@ import logging
 import os
 import platform
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -54,15 +59,74 @@ COMPILER_MODULES = (
 
 
 def import_compiler_modules() -> None:
-    """Import `COMPILER_MODULES` (a no-op once imported). `activate` does it first, so
-    its breakdown shows the import apart from the work; a caller with an I/O wait to
-    spare (a process-group init, a storage connection) can call it on a thread before
-    `activate` to overlap the import with that wait."""
+    """Import `COMPILER_MODULES` (a no-op once imported), after the import
+    `start_compiler_import` began, if any, has ended: `activate` calls it first, so its
+    breakdown shows what is left of the import apart from the work."""
+    importer = _IMPORTER
+    if importer is not None and importer.thread is not threading.current_thread():
+        importer.thread.join()
+    _import_all()
+
+
+def _import_all() -> None:
     import importlib
 
     for name in COMPILER_MODULES:
         importlib.import_module(name)
 
+
+@dataclass
+class _Importer:
+    """The thread `start_compiler_import` started, and when its import began and ended
+    (`time.perf_counter`; `ended` None while it runs)."""
+
+    thread: threading.Thread
+    began: float
+    ended: float | None = None
+    error: str | None = None
+
+
+_IMPORTER: _Importer | None = None
+_IMPORTER_LOCK = threading.Lock()
+
+
+def start_compiler_import() -> None:
+    """Begin importing `COMPILER_MODULES` on a daemon thread (once a process), so that
+    the import (seconds, most of a warm start: bench/RESULTS.md) can run while the
+    caller waits without the GIL (a process group's rendezvous, checkpoint reads, device
+    set-up); it holds the GIL itself, so beside pure Python it gains nothing.
+    `activate` waits for it. Call it once the caller's own imports that reach into
+    torch's compiler (torchrec's) are done: two threads importing the same cyclic
+    packages can meet in a cycle of module locks, which Python breaks by failing one of
+    the imports. A failure here is logged and left to `activate`, whose own import then
+    raises it where it belongs."""
+    global _IMPORTER
+    with _IMPORTER_LOCK:
+        if _IMPORTER is not None:
+            return
+        thread = threading.Thread(target=_import_ahead, name="ett-compiler-import",
+                                  daemon=True)
+        _IMPORTER = _Importer(thread, time.perf_counter())
+        thread.start()
+
+
+def _import_ahead() -> None:
+    importer = _IMPORTER
+    assert importer is not None
+    try:
+        _import_all()
+    except BaseException as exc:  # activate imports again, on its thread, and raises
+        importer.error = f"{type(exc).__name__}: {exc}"
+        log.debug("compiler modules not imported ahead", exc_info=True)
+    finally:
+        importer.ended = time.perf_counter()
+
+
+def compiler_import_ahead() -> tuple[float, float | None] | None:
+    """When the import `start_compiler_import` began, and when it ended (None while it
+    runs), as `time.perf_counter` values; None if it was never started."""
+    importer = _IMPORTER
+    return None if importer is None else (importer.began, importer.ended)
 
 
 def set_process_wide(config_module: ModuleType, name: str, value: object) -> None:

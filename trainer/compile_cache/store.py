@@ -229,7 +229,7 @@ class CompileCache:
             log.warning("compile cache: %s", unsafe)
         local.mkdir(parents=True, exist_ok=True)
         with _timed(breakdown, "import_compiler"):  # what any compile imports, cold or warm
-            import_compiler_modules()
+            import_compiler_modules()  # or what is left of `start_compiler_import`'s
         self._header_free = key_kernels_without_header_switch()
         switch_problems = point_inductor_at(local)
         if unsafe is not None:
