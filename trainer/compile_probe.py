@@ -233,6 +233,10 @@ def train_steps(model: nn.Module, batch: tuple[torch.Tensor, ...], steps: int,
     return times, losses, first
 
 
+#: `--headers` as `CompileCache(cpu_precompiled_headers=...)`.
+_HEADERS: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+
+
 def model_config(name: str, batch: int, extra: dict[str, object]) -> dict[str, object]:
     return {"probe_model": name, "batch": batch, **extra}
 
@@ -263,9 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the model and batch live (default cpu)")
     parser.add_argument(
-        "--precompiled-headers",
-        action="store_true",
-        help="leave inductor's C++ header precompiling on (CompileCache turns it off)",
+        "--headers",
+        choices=["auto", "on", "off"],
+        help="inductor's C++ header precompiling: auto (CompileCache's default: torch's "
+        "setting for a miss, off for a hit), on or off throughout (default: auto, off with "
+        "--compile jit, whose FX graph cache entries are keyed on it)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
@@ -281,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         args.root,
         local_dir=args.local_dir,
         restore_inductor_dir=args.cache == "on",
-        cpu_precompiled_headers=args.precompiled_headers,
+        cpu_precompiled_headers=_HEADERS[args.headers or
+                                         ("off" if args.compile == "jit" else "auto")],
         defer_artifacts=args.compile == "precompiled",
     )
     if args.cache == "off":

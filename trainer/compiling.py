@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
@@ -58,19 +59,40 @@ def compile_through(cache: CompileCache | None, key: Callable[[], str],
                     compile_on: Callable[[], None], phases: Phases) -> bool:
     """Compile (`compile_on`), through the cache when there is one (its entry `key()`);
     True when the cache missed and should be saved once backward has run."""
+    from airflow_ett.trainer.compile_cache import import_compiler_modules
+
     missed = False
     with phases.phase("compile"):
-        if cache is not None:
+        began = time.perf_counter()
+        if cache is None:  # `activate` does it otherwise
+            import_compiler_modules()  # after an import begun ahead, if any, has ended
+        else:
             with phases.phase("cache_load"):
                 load = cache.activate(key())
             missed = not load.hit
             log.info(
                 "compile cache %s (%s)", "hit" if load.hit else "miss", load.reason or "ok"
             )
+        _log_import_ahead(began)
         compile_on()
     # a hit whose forwards could not all be loaded compiled them here: save those too,
     # or every later start compiles them again
     return missed or (cache is not None and cache.needs_save())
+
+
+def _log_import_ahead(compile_began: float) -> None:
+    """How long the compiler import begun ahead took, and how much of it the compile
+    waited for (`start_compiler_import`)."""
+    from airflow_ett.trainer.compile_cache import compiler_import_ahead
+
+    ahead = compiler_import_ahead()
+    if ahead is None:
+        return
+    began, ended = ahead
+    if ended is None:
+        return
+    log.info("compiler import ahead: %.2fs on its thread, %.2fs of it after the compile began",
+             ended - began, max(0.0, ended - compile_began))
 
 
 def log_counters(when: str) -> None:

@@ -223,6 +223,7 @@ class Trainer:
 
         self.pipeline = self._data_pipeline(None)
         self.pipeline.start()
+        self._import_compiler_ahead()
         with phases.phase("model_creation"):
             self.build_model()
         cache = open_cache(self.cfg)
@@ -237,6 +238,7 @@ class Trainer:
         trainer_init = None if self._warmed else em.phase_start(
             "trainer_init", ts=self.process_start)
         if self.env.world_size > 1 and not dist.is_initialized():
+            self._import_compiler_ahead()  # over the rendezvous, a wait without the GIL
             with em.phase("process_group_init"):
                 dist.init_process_group("nccl" if self.env.device.type == "cuda" else "gloo")
         self.manager = self._checkpoint_manager()
@@ -269,6 +271,24 @@ class Trainer:
             self._cache_to_save = cache
         return batches
 
+    def _import_compiler_ahead(self) -> None:
+        """With `parallel_init`, start importing torch's compiler on a thread
+        (`start_compiler_import`, a second or two; once a process), so that it can run
+        while this thread waits without the GIL (the process group's rendezvous, device
+        set-up, checkpoint reads) instead of opening the compile step; `activate` waits
+        for what is left of it. Started once the data pipeline has started (or before a
+        rendezvous), never before: on a start-up that is all Python the thread only takes
+        the GIL from the others, and the data pipeline's start must not wait for it. The
+        data module first, on this thread: it imports torchrec, which imports parts of
+        torch's compiler itself, and two threads must not import the same modules at once
+        (module locks; see `start_compiler_import`)."""
+        if not (self.cfg.compile and self.cfg.optimizations.parallel_init):
+            return
+        import airflow_ett.trainer.data  # noqa: F401  (torchrec, before the thread starts)
+        from airflow_ett.trainer.compile_cache import start_compiler_import
+
+        start_compiler_import()
+
     def _start_data_and_model(self, resume: TrainExtra | None,
                               cache: CompileCache | None) -> list[bool]:
         """Start the data pipeline while the model is built, restored and (with
@@ -300,6 +320,8 @@ class Trainer:
         if cfg.optimizations.parallel_init:
             data_thread = threading.Thread(target=start_data, name="ett-data-init")
             data_thread.start()
+            if not self._warmed:
+                self._import_compiler_ahead()
             build_restore_compile()
             with em.phase("first_batch"):
                 data_thread.join()

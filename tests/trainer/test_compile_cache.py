@@ -476,7 +476,8 @@ def test_activate_points_inductor_at_the_local_dir_with_torch_imported(
     assert cache_dir() == str(local_a)
     assert os.environ["TRITON_CACHE_DIR"] == str(local_a / "triton")
     assert CacheBase.get_local_cache_path().is_relative_to(local_a)
-    assert inductor_config.cpp_cache_precompile_headers is False
+    # a miss: a cold compile, with torch's setting (on, unless its user turned it off)
+    assert inductor_config.cpp_cache_precompile_headers is cc.inductor.torch_precompiled_headers()
 
     cache.activate("key-b")  # a second key in the same process follows too
     local_b = local_a.parent / "key-b"
@@ -509,11 +510,14 @@ def test_a_shared_default_local_dir_is_never_used(
     assert Path(cache_dir()) == planted / "k1"
 
 
-def test_settings_reach_a_compile_on_another_thread(tmp_path: Path) -> None:
+def test_settings_reach_a_compile_on_another_thread(
+    tmp_path: Path, fake_artifacts: list[bytes]
+) -> None:
     """Inductor config assignments are per thread (ContextVar) in torch 2.13."""
     import torch._inductor.config as inductor_config
 
-    CompileCache(tmp_path / "root", local_dir=tmp_path / "l").activate("k")
+    root, _ = _make_entry(tmp_path)
+    assert CompileCache(root, local_dir=tmp_path / "l").activate("k1").hit  # headers off
     seen: list[bool] = []
     thread = threading.Thread(
         target=lambda: seen.append(inductor_config.cpp_cache_precompile_headers)
@@ -531,6 +535,134 @@ def test_precompiled_headers_can_be_left_on(tmp_path: Path) -> None:
         tmp_path / "root", local_dir=tmp_path / "l", cpu_precompiled_headers=True
     ).activate("k")
     assert inductor_config.cpp_cache_precompile_headers is True
+
+
+HEADERS, FREE = "cpp_cache_precompile_headers", "kernel_keys_without_header_switch"
+
+
+def test_a_miss_compiles_with_headers_precompiled_and_a_hit_without(
+    tmp_path: Path, fake_artifacts: list[bytes]
+) -> None:
+    """A cold compile as torch makes it (header precompiling on: each kernel build reads
+    one prebuilt header), recorded in the manifest; a warm process loads the entry with
+    them off (it would rebuild them on a fresh host before looking for a kernel): the
+    kernels are keyed without the switch, so the cold side's are the warm side's."""
+    import torch._inductor.config as inductor_config
+
+    root, entry = _make_entry(tmp_path)  # activate (a miss), then save
+    assert _manifest(entry)["settings"] == {
+        HEADERS: cc.inductor.torch_precompiled_headers(), FREE: True}
+    load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
+    assert load.hit and load.reason is None
+    assert inductor_config.cpp_cache_precompile_headers is False
+
+
+@pytest.mark.parametrize(("mode", "recorded", "usable"), [
+    # the default: a hit loads with headers off
+    (None, {HEADERS: False}, True),  # saved before the switch was left out: off, so never in
+    (None, {HEADERS: True, FREE: True}, True),
+    (None, {HEADERS: True}, False),  # on and keyed on it: every kernel would be rebuilt
+    (None, {}, False),
+    # a fixed switch (a caller compiling with torch.compile: FX graph cache keys on it)
+    (False, {HEADERS: True, FREE: True}, False),
+    (False, {HEADERS: False, FREE: True}, True),
+    (True, {HEADERS: True, FREE: True}, True),
+    (True, {HEADERS: True}, False),
+    (True, {HEADERS: False, FREE: True}, False),
+])
+def test_a_loader_takes_the_entries_whose_kernels_it_finds(
+    tmp_path: Path, fake_artifacts: list[bytes], mode: bool | None, recorded: dict[str, bool],
+    usable: bool,
+) -> None:
+    root, entry = _make_entry(tmp_path)
+    _rewrite_manifest(entry, settings=recorded)
+    load = CompileCache(root, local_dir=tmp_path / "reader",
+                        cpu_precompiled_headers=mode).activate("k1")
+    assert load.hit is usable, load.reason
+    assert usable or (load.reason is not None and "inductor settings" in load.reason)
+
+
+def test_kernels_are_keyed_the_same_with_headers_precompiled_or_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`CppCodeCache` hashes a kernel's build command into its key (its `.so` name). In
+    torch 2.13 the command defines TORCH_INDUCTOR_PRECOMPILE_HEADERS when the switch is
+    on; once `key_kernels_without_header_switch` is in effect it does so only for a C++
+    wrapper build (whose headers read it), so a warm process (off) finds the kernels a
+    cold one (on) built."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpp_builder
+    from torch._inductor.codecache import CppPythonBindingsCodeCache
+    from torch._inductor.cpu_vec_isa import invalid_vec_isa
+
+    definitions = cpp_builder._get_torch_cpp_wrapper_definition
+    monkeypatch.setattr(cpp_builder, "_get_torch_cpp_wrapper_definition",
+                        getattr(definitions, "__wrapped__", definitions))  # torch's own
+
+    def command(headers: bool, wrapper: bool = False) -> str:
+        with inductor_config.patch(cpp_cache_precompile_headers=headers, cpp_wrapper=wrapper):
+            options = cpp_builder.CppTorchDeviceOptions(
+                vec_isa=invalid_vec_isa, device_type="cpu", min_optimize=True,
+                **CppPythonBindingsCodeCache.cpp_compile_command_flags)
+            line: str = cpp_builder.CppBuilder(name="o", sources="i",
+                                               BuildOption=options).get_command_line()
+            return line
+
+    assert command(True) != command(False)  # torch's: keyed on the switch
+    assert cc.inductor.key_kernels_without_header_switch() is True
+    assert cc.inductor.key_kernels_without_header_switch() is True  # once
+    assert command(True) == command(False)
+    assert cc.inductor.PCH_DEFINE in command(True, wrapper=True)
+    assert cc.inductor.PCH_DEFINE not in command(False, wrapper=True)
+
+
+def test_the_compiler_import_begun_ahead_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`start_compiler_import` starts one daemon thread a process; the import `activate`
+    opens with (`import_compiler_modules`) waits for it to end, then finds it done."""
+    inductor = cc.inductor
+    release = threading.Event()
+    calls: list[str] = []
+
+    def slow_import() -> None:
+        calls.append(threading.current_thread().name)
+        release.wait(10)
+
+    monkeypatch.setattr(inductor, "_IMPORTER", None)
+    monkeypatch.setattr(inductor, "_import_all", slow_import)
+    assert cc.compiler_import_ahead() is None
+    cc.start_compiler_import()
+    cc.start_compiler_import()  # once a process
+    importer = inductor._IMPORTER
+    assert importer is not None and importer.thread.daemon
+    assert importer.thread.name == "ett-compiler-import"
+    waiting = threading.Thread(target=cc.import_compiler_modules, name="activate")
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and cc.compiler_import_ahead() == (importer.began, None)
+    release.set()
+    waiting.join(10)
+    assert not waiting.is_alive() and not importer.thread.is_alive()
+    assert calls == ["ett-compiler-import", "activate"]
+    assert importer.ended is not None and importer.ended >= importer.began
+
+
+def test_a_compiler_import_that_failed_ahead_fails_in_activate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inductor = cc.inductor
+
+    def broken() -> None:
+        raise ImportError("no inductor here")
+
+    monkeypatch.setattr(inductor, "_IMPORTER", None)
+    monkeypatch.setattr(inductor, "_import_all", broken)
+    cc.start_compiler_import()
+    importer = inductor._IMPORTER
+    assert importer is not None
+    importer.thread.join(10)
+    assert importer.error == "ImportError: no inductor here"
+    with pytest.raises(ImportError, match="no inductor here"):
+        cc.import_compiler_modules()
 
 
 def test_miss_without_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -899,6 +1031,10 @@ def test_reader_rereads_the_manifest_when_a_save_replaced_the_entry(
 SETTINGS = {"cpp_cache_precompile_headers": False}
 
 
+def _any_settings(settings: dict[str, bool]) -> str | None:
+    return None
+
+
 def _written_manifest(entry: Path) -> cc_entry.Manifest:
     """A manifest with every part, written by `write_manifest` into `entry`."""
     entry.mkdir(parents=True)
@@ -920,7 +1056,7 @@ def _written_manifest(entry: Path) -> cc_entry.Manifest:
 
 def test_the_manifest_reads_back_what_its_writer_wrote(tmp_path: Path) -> None:
     manifest = _written_manifest(tmp_path / "k1")
-    assert cc_entry.read_manifest(tmp_path / "k1", "k1", SETTINGS) == manifest
+    assert cc_entry.read_manifest(tmp_path / "k1", "k1", _any_settings) == manifest
     doc = _manifest(tmp_path / "k1")  # the layout entries always had
     assert doc["format"] == cc_key.CACHE_FORMAT and doc["jit_forwards"] == ["c"]
     assert doc["precompiled"]["forwards"]["b"] == {"offset": 10, "size": 20}
@@ -932,13 +1068,14 @@ def test_the_manifest_reads_back_what_its_writer_wrote(tmp_path: Path) -> None:
     ({"created": "now"}, "manifest: created is 'now', not a time"),
     ({"jit_forwards": "c"}, "manifest: jit_forwards is 'c', not a list of names"),
     ({"vec_isa": {"ok": 1}}, "manifest: vec_isa is {'ok': 1}, not a vector-ISA record"),
+    ({"settings": {"x": 1}}, "manifest: settings is {'x': 1}, not inductor settings"),
 ])
 def test_a_malformed_manifest_is_one_line_naming_field_and_value(
         tmp_path: Path, change: dict[str, Any], message: str) -> None:
     _written_manifest(tmp_path / "k1")
     _rewrite_manifest(tmp_path / "k1", **change)
     with pytest.raises(cc_entry.EntryError, match="^" + re.escape(message) + "$"):
-        cc_entry.read_manifest(tmp_path / "k1", "k1", SETTINGS)
+        cc_entry.read_manifest(tmp_path / "k1", "k1", _any_settings)
 
 
 @pytest.mark.parametrize(("part", "change", "message"), [
@@ -957,7 +1094,7 @@ def test_a_malformed_part_is_that_part_alone_with_its_reason(
         tmp_path: Path, part: str, change: dict[str, Any], message: str) -> None:
     manifest = _written_manifest(tmp_path / "k1")
     _rewrite_manifest(tmp_path / "k1", **{part: {**_manifest(tmp_path / "k1")[part], **change}})
-    read = cc_entry.read_manifest(tmp_path / "k1", "k1", SETTINGS)
+    read = cc_entry.read_manifest(tmp_path / "k1", "k1", _any_settings)
     assert getattr(read, part) == cc_entry.BadPart(message)
     others = {"artifacts", "inductor_dir", "precompiled"} - {part}
     assert all(getattr(read, name) == getattr(manifest, name) for name in others)
@@ -969,15 +1106,48 @@ def test_a_malformed_part_is_that_part_alone_with_its_reason(
 # Real compiles, each in a fresh process
 # ---------------------------------------------------------------------------------------
 
+
+@pytest.mark.integration
+def test_activate_waits_for_a_real_import_ahead_in_a_fresh_process(tmp_path: Path) -> None:
+    """Torch's compiler imported for real on the thread, in a process that has not
+    imported it: `activate` waits for what is left of it, which is no more than it took."""
+    code = (
+        "import json, sys\n"
+        "import torch\n"
+        "from airflow_ett.trainer.compile_cache import (COMPILER_MODULES, CompileCache,\n"
+        "    compiler_import_ahead, start_compiler_import)\n"
+        "assert 'torch._inductor.codecache' not in sys.modules\n"
+        "start_compiler_import()\n"
+        f"cache = CompileCache({str(tmp_path / 'root')!r}, local_dir={str(tmp_path / 'l')!r})\n"
+        "load = cache.activate('k')\n"
+        "began, ended = compiler_import_ahead()\n"
+        "print(json.dumps({'took': ended - began, 'waited': load.breakdown['import_compiler'],\n"
+        "                  'all': all(m in sys.modules for m in COMPILER_MODULES)}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["all"] is True
+    assert 0 < state["waited"] <= state["took"] + 0.05, state
+
 PROBE = "airflow_ett.trainer.compile_probe"
 
 
-def _probe(root: Path, local: Path, *args: str) -> tuple[dict[str, Any], str]:
+def _probe(root: Path, local: Path, *args: str, tmpdir: Path | None = None
+           ) -> tuple[dict[str, Any], str]:
+    """The probe in a fresh process; with `tmpdir`, on a fresh host (its own TMPDIR, where
+    inductor keeps host-wide files such as precompiled headers)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK")
+        if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK",
+                     "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS")
     }
+    if tmpdir is not None:
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmpdir)
     proc = subprocess.run(
         [sys.executable, "-m", PROBE, "--root", str(root), "--local-dir", str(local), *args],
         capture_output=True,
@@ -1014,6 +1184,9 @@ def test_cold_process_misses_compiles_ahead_of_time_and_saves(cold: dict[str, An
     assert CompileCache(cold["root"]).has(cold["key"])
     assert list(_manifest(Path(cold["entry"]))["precompiled"]["forwards"]) == ["mlp"]
     assert _manifest(Path(cold["entry"]))["jit_forwards"] == []
+    # compiled as torch compiles by default (headers precompiled), its kernels keyed
+    # without the switch
+    assert _manifest(Path(cold["entry"]))["settings"] == {HEADERS: True, FREE: True}
     assert cold["needs_save"] is True
 
 
@@ -1023,8 +1196,13 @@ def test_warm_process_restores_the_entry_and_compiles_faster(
     cold: dict[str, Any], tmp_path: Path
 ) -> None:
     """The precompiled forward is loaded with its guards and trains (forward and backward)
-    with no dynamo trace at all; the artifacts are not needed, so not loaded."""
-    warm, _ = _probe(cold["root"], tmp_path / "warm-local")
+    with no dynamo trace at all; the artifacts are not needed, so not loaded. On a fresh
+    host, with C++ headers not precompiled (the cold process had them on): no header is
+    built and no kernel either, every one is found in the restored archive."""
+    import tarfile
+
+    local = tmp_path / "warm-local"
+    warm, _ = _probe(cold["root"], local, tmpdir=tmp_path / "tmp")
     load = warm["load"]
     assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
         True,
@@ -1041,6 +1219,14 @@ def test_warm_process_restores_the_entry_and_compiles_faster(
     assert warm["breakdown"]["dynamo_trace"] == 0.0
     assert warm["compile_s"] < cold["compile_s"], (warm["compile_s"], cold["compile_s"])
     assert warm["losses"] == pytest.approx(cold["losses"], rel=1e-6)
+    manifest = _manifest(Path(cold["entry"]))
+    with tarfile.open(Path(cold["entry"]) / manifest["inductor_dir"]["file"]) as tar:
+        archived = {member.name for member in tar.getmembers()}
+    assert any(name.endswith(".so") for name in archived)
+    built = [str(p.relative_to(local)) for p in local.rglob("*.so")
+             if str(p.relative_to(local)) not in archived]
+    assert built == []  # no gcc ran
+    assert not list((tmp_path / "tmp").glob("torchinductor_*/precompiled_headers/*"))
 
 
 @pytest.mark.integration
@@ -1093,8 +1279,9 @@ def test_entry_with_garbage_artifacts_is_used_partly_and_compile_works(
     root = tmp_path / "root"
     shutil.copytree(cold["root"], root)
     _replace_payload(root / cold["key"], "artifacts", b"\x00garbage" * 64, fix_checksum=True)
-    # a just-in-time compile (not deferred: the artifacts are loaded in activate)
-    result, stderr = _probe(root, tmp_path / "local", "--compile", "jit")
+    # a just-in-time compile (not deferred: the artifacts are loaded in activate), with
+    # the headers as the precompiled path has them (the entry was saved that way)
+    result, stderr = _probe(root, tmp_path / "local", "--compile", "jit", "--headers", "auto")
     load = result["load"]
     assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
         True,
@@ -1117,7 +1304,8 @@ def test_corrupt_entry_is_ignored_and_compile_works(cold: dict[str, Any], tmp_pa
     _truncate_archive(entry)
     _replace_payload(entry, "artifacts", b"garbage", fix_checksum=False)
     _replace_payload(entry, "precompiled", b"garbage", fix_checksum=False)
-    result, stderr = _probe(root, tmp_path / "local", "--steps", "2", "--compile", "jit")
+    result, stderr = _probe(root, tmp_path / "local", "--steps", "2", "--compile", "jit",
+                            "--headers", "auto")
     load = result["load"]
     assert (load["hit"], load["artifacts_loaded"], load["inductor_dir_restored"]) == (
         False,

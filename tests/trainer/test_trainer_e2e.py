@@ -197,6 +197,9 @@ def test_a_prewarmed_cache_is_hit_by_the_next_job(tmp_path: Path) -> None:
     warm = attribute_job([e for e in read_events(str(tmp_path / "warm" / "events.jsonl")).events
                           if e.job == "warm"])
     assert warm.phases_raw_us["compile"] > 0
+    # torch's compiler was imported on a thread once the data pipeline had started, and
+    # the compile waited for what was left of it (compile_cache/inductor.py)
+    assert "compiler import ahead: " in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None and not Path(

@@ -34,7 +34,12 @@ from airflow_ett.trainer.compile_cache.counters import (
     format_counters,
 )
 from airflow_ett.trainer.compile_cache.entry import MANIFEST_NAME
-from airflow_ett.trainer.compile_cache.inductor import COMPILER_MODULES, import_compiler_modules
+from airflow_ett.trainer.compile_cache.inductor import (
+    COMPILER_MODULES,
+    compiler_import_ahead,
+    import_compiler_modules,
+    start_compiler_import,
+)
 from airflow_ett.trainer.compile_cache.key import (
     CACHE_FORMAT,
     cache_key,
@@ -59,9 +64,11 @@ __all__ = [
     "cache_key",
     "compile_counters",
     "compile_phase_seconds",
+    "compiler_import_ahead",
     "device_kind",
     "format_counters",
     "import_compiler_modules",
     "key_inputs",
+    "start_compiler_import",
     "trainer_cache_key",
 ]

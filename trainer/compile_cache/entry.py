@@ -186,11 +186,13 @@ def check_key(key: str) -> None:
         raise ValueError(f"bad compile cache key {key!r}: use cache_key()")
 
 
-def read_manifest(entry: Path, key: str, settings: Mapping[str, bool]) -> Manifest:
+def read_manifest(entry: Path, key: str,
+                  settings_problem: Callable[[dict[str, bool]], str | None]) -> Manifest:
     """The manifest of the entry dir `entry` for `key`, checked against this process (cache
-    format, key, torch version, inductor `settings`); `NoEntry` when there is none,
-    `EntryError` (one line naming the field and its value) when it is not one to use. A
-    malformed part's record is read as a `BadPart`: the other parts stay usable."""
+    format, key, torch version, and the inductor settings the saver recorded, which
+    `settings_problem` says why this process cannot use, or None); `NoEntry` when there is
+    none, `EntryError` (one line naming the field and its value) when it is not one to
+    use. A malformed part's record is read as a `BadPart`: the other parts stay usable."""
     import torch
 
     path = entry / MANIFEST_NAME
@@ -215,16 +217,15 @@ def read_manifest(entry: Path, key: str, settings: Mapping[str, bool]) -> Manife
             f"version mismatch: entry written by torch {str(doc.get('torch'))[:80]}, "
             f"this is {torch.__version__}"
         )
-    if doc.get("settings") != settings:
-        raise EntryError(
-            f"inductor settings differ: entry {_show(doc.get('settings'))}, "
-            f"this process {dict(settings)}"
-        )
+    settings = _settings(doc.get("settings"))
+    problem = settings_problem(settings)
+    if problem is not None:
+        raise EntryError(problem)
     return Manifest(
         key=key,
         torch=torch.__version__,
         python=_text(doc, "python"),
-        settings=dict(settings),
+        settings=settings,
         created=_seconds(doc, "created"),
         host=_text(doc, "host"),
         artifacts=_part(doc.get("artifacts"), "artifacts", _artifacts),
@@ -258,6 +259,12 @@ def _seconds(doc: Mapping[str, object], name: str) -> float:
     if _is_int(value) or (isinstance(value, float) and math.isfinite(value)):
         return float(value)
     raise EntryError(f"manifest: {name} is {_show(value)}, not a time")
+
+
+def _settings(value: object) -> dict[str, bool]:
+    if isinstance(value, dict) and all(isinstance(v, bool) for v in value.values()):
+        return value
+    raise EntryError(f"manifest: settings is {_show(value)}, not inductor settings")
 
 
 def _names(value: object) -> tuple[str, ...]:

@@ -4,15 +4,23 @@
   lookups of them cleared (`point_inductor_at`): inductor reads the first on every use,
   not at `import torch`, so setting it late works if it is before the first compile; the
   second sticks once the first kernel launch has set it.
-* Precompiled C++ headers off unless asked for: inductor keeps them outside its cache
-  dir, so a warm process on a fresh host would rebuild them. The switch is part of the
-  FX graph cache key, so the entry's manifest records it.
+* Precompiled C++ headers (`set_precompiled_headers`): on for a cold compile, as torch
+  has them (a kernel build then reads one prebuilt header instead of parsing ATen's
+  vector headers again), off for a warm one: inductor keeps them outside its cache dir,
+  so a warm process on a fresh host would rebuild them (~150 MB) before it looks for a
+  built kernel. The kernels' build command is made the same either way
+  (`key_kernels_without_header_switch`), so what a cold process built is what a warm one
+  looks up. The switch is part of the FX graph cache key, so the entry's manifest
+  records it.
 * The CPU vector-ISA probe's answer from the entry instead of probing again, when the CPU
   and compiler are the saver's (`settle_vec_isa`).
 * Each option process-wide, not only for the calling thread (`set_process_wide`):
   inductor config assignments are per thread, and the trainer may compile on another.
 * The caches' own switches stay as the user set them; one that matters being off is
   reported as a problem.
+
+Torch's compiler modules can be imported ahead, on a thread (`start_compiler_import`),
+while the process waits on something else; `activate` then waits for that import.
 
 The torch internals this relies on (torch 2.13, read in its source) are in
 docs/decisions/0004-trainer-choices.md; the figures in bench/RESULTS.md.
@@ -24,6 +32,8 @@ import logging
 import os
 import platform
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -49,15 +59,74 @@ COMPILER_MODULES = (
 
 
 def import_compiler_modules() -> None:
-    """Import `COMPILER_MODULES` (a no-op once imported). `activate` does it first, so
-    its breakdown shows the import apart from the work; a caller with an I/O wait to
-    spare (a process-group init, a storage connection) can call it on a thread before
-    `activate` to overlap the import with that wait."""
+    """Import `COMPILER_MODULES` (a no-op once imported), after the import
+    `start_compiler_import` began, if any, has ended: `activate` calls it first, so its
+    breakdown shows what is left of the import apart from the work."""
+    importer = _IMPORTER
+    if importer is not None and importer.thread is not threading.current_thread():
+        importer.thread.join()
+    _import_all()
+
+
+def _import_all() -> None:
     import importlib
 
     for name in COMPILER_MODULES:
         importlib.import_module(name)
 
+
+@dataclass
+class _Importer:
+    """The thread `start_compiler_import` started, and when its import began and ended
+    (`time.perf_counter`; `ended` None while it runs)."""
+
+    thread: threading.Thread
+    began: float
+    ended: float | None = None
+    error: str | None = None
+
+
+_IMPORTER: _Importer | None = None
+_IMPORTER_LOCK = threading.Lock()
+
+
+def start_compiler_import() -> None:
+    """Begin importing `COMPILER_MODULES` on a daemon thread (once a process), so that
+    the import (seconds, most of a warm start: bench/RESULTS.md) can run while the
+    caller waits without the GIL (a process group's rendezvous, checkpoint reads, device
+    set-up); it holds the GIL itself, so beside pure Python it gains nothing.
+    `activate` waits for it. Call it once the caller's own imports that reach into
+    torch's compiler (torchrec's) are done: two threads importing the same cyclic
+    packages can meet in a cycle of module locks, which Python breaks by failing one of
+    the imports. A failure here is logged and left to `activate`, whose own import then
+    raises it where it belongs."""
+    global _IMPORTER
+    with _IMPORTER_LOCK:
+        if _IMPORTER is not None:
+            return
+        thread = threading.Thread(target=_import_ahead, name="ett-compiler-import",
+                                  daemon=True)
+        _IMPORTER = _Importer(thread, time.perf_counter())
+        thread.start()
+
+
+def _import_ahead() -> None:
+    importer = _IMPORTER
+    assert importer is not None
+    try:
+        _import_all()
+    except BaseException as exc:  # activate imports again, on its thread, and raises
+        importer.error = f"{type(exc).__name__}: {exc}"
+        log.debug("compiler modules not imported ahead", exc_info=True)
+    finally:
+        importer.ended = time.perf_counter()
+
+
+def compiler_import_ahead() -> tuple[float, float | None] | None:
+    """When the import `start_compiler_import` began, and when it ended (None while it
+    runs), as `time.perf_counter` values; None if it was never started."""
+    importer = _IMPORTER
+    return None if importer is None else (importer.began, importer.ended)
 
 
 def set_process_wide(config_module: ModuleType, name: str, value: object) -> None:
@@ -96,7 +165,7 @@ def compiler_id() -> str:
     return f"{compiler}: {first}"
 
 
-def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
+def point_inductor_at(local: Path) -> list[str]:
     """Set inductor's (and Triton's) cache dirs; return cache switches found off."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(local)
     os.environ["TRITON_CACHE_DIR"] = str(local / "triton")
@@ -108,8 +177,6 @@ def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    if not precompiled_headers:
-        set_process_wide(inductor_config, "cpp_cache_precompile_headers", False)
     switches = (
         ("torch._inductor.config.fx_graph_cache is off", not inductor_config.fx_graph_cache),
         (
@@ -127,6 +194,73 @@ def point_inductor_at(local: Path, *, precompiled_headers: bool) -> list[str]:
         log.warning("compile cache: %s", problem)
         return [problem]
     return []
+
+
+#: The C++ header switch as torch (or its user) had it before `set_precompiled_headers`
+#: first changed it in this process: what a cold compile uses.
+_TORCH_HEADERS: bool | None = None
+
+
+def torch_precompiled_headers() -> bool:
+    """Whether torch precompiles C++ headers when left alone (on unless its user turned it
+    off: `TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0`), as it was before this module
+    first changed it."""
+    global _TORCH_HEADERS
+    if _TORCH_HEADERS is None:
+        import torch._inductor.config as inductor_config
+
+        _TORCH_HEADERS = bool(inductor_config.cpp_cache_precompile_headers)
+    return _TORCH_HEADERS
+
+
+def set_precompiled_headers(on: bool) -> None:
+    """Turn inductor's C++ header precompiling on or off, for every thread."""
+    import torch._inductor.config as inductor_config
+
+    torch_precompiled_headers()  # remember torch's own setting first
+    set_process_wide(inductor_config, "cpp_cache_precompile_headers", on)
+
+
+#: The one definition in inductor's C++ build command that depends on the header switch.
+PCH_DEFINE = "TORCH_INDUCTOR_PRECOMPILE_HEADERS"
+
+
+def key_kernels_without_header_switch() -> bool:
+    """Make inductor's C++ kernel build command, and so each kernel's key (the name of its
+    built `.so`), the same whether headers are precompiled or not; True when in effect.
+
+    In torch 2.13 every C++ build defines `TORCH_INDUCTOR_PRECOMPILE_HEADERS` when the
+    switch is on (`cpp_builder._get_torch_cpp_wrapper_definition`), and `CppCodeCache`
+    hashes the command line into the kernel's key. Only the C++ wrapper's headers read
+    that definition (to include more for the precompiled header); a kernel's code does not.
+    So, outside `cpp_wrapper` builds, it is left out: the kernels a cold process built with
+    headers precompiled are the ones a warm process, headers off, looks up (checked by
+    `tests/trainer/test_compile_cache.py`). Idempotent; False, with nothing changed, when
+    torch's function is not what this expects (then both sides must keep the same switch).
+    """
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._inductor import cpp_builder
+    except ImportError:
+        return False
+    current = getattr(cpp_builder, "_get_torch_cpp_wrapper_definition", None)
+    if current is None:
+        log.warning("compile cache: torch's C++ build definitions moved; precompiled headers "
+                    "stay off")
+        return False
+    if getattr(current, "_ett_header_free", False):
+        return True
+
+    def definitions() -> list[str]:
+        defs: list[str] = current()
+        if inductor_config.cpp_wrapper:  # the definition selects the wrapper's includes
+            return defs
+        return [d for d in defs if d != PCH_DEFINE]
+
+    definitions._ett_header_free = True  # type: ignore[attr-defined]
+    definitions.__wrapped__ = current  # type: ignore[attr-defined]
+    cpp_builder._get_torch_cpp_wrapper_definition = definitions
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,8 +49,11 @@ from airflow_ett.trainer.compile_cache.entry import (
 from airflow_ett.trainer.compile_cache.inductor import (
     VecIsaRecord,
     import_compiler_modules,
+    key_kernels_without_header_switch,
     point_inductor_at,
+    set_precompiled_headers,
     settle_vec_isa,
+    torch_precompiled_headers,
 )
 from airflow_ett.trainer.compile_cache.inductor_dir import (
     default_local_base,
@@ -65,6 +68,11 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+
+#: The manifest's `settings`: whether the saver precompiled C++ headers, and whether its
+#: kernels' keys leave the header switch out (`key_kernels_without_header_switch`).
+HEADERS = "cpp_cache_precompile_headers"
+HEADER_FREE_KEYS = "kernel_keys_without_header_switch"
 
 
 @dataclass(frozen=True)
@@ -125,11 +133,18 @@ class CompileCache:
 
     `restore_inductor_dir=False` loads only the portable artifacts (what the benchmark
     calls "artifacts only"; enough on GPUs whose kernels the artifacts carry).
-    `cpu_precompiled_headers=True` leaves inductor's C++ header precompiling on; see
-    `inductor.py` for why it is off by default. `defer_artifacts=False` loads the
-    artifacts in `activate` even when the entry's precompiled forwards make them
-    unnecessary: for a caller that compiles with `torch.compile` itself, not through
-    `precompile`.
+    `defer_artifacts=False` loads the artifacts in `activate` even when the entry's
+    precompiled forwards make them unnecessary: for a caller that compiles with
+    `torch.compile` itself, not through `precompile`.
+
+    `cpu_precompiled_headers`, inductor's C++ header precompiling (`inductor.py`): by
+    default (None) a miss compiles with torch's setting (on: the faster cold compile)
+    and a hit loads with it off (a warm process on a fresh host would rebuild the
+    headers); the kernels are keyed the same either way, so an entry loads whichever way
+    it was saved. That suits `precompile`, whose forwards load without the FX graph
+    cache. A caller that compiles with `torch.compile` itself passes False (or True): the
+    FX graph cache keys its entries on the switch, so saver and loader then keep the same
+    one, and an entry saved with the other is ignored.
 
     Typical use, rank 0 saving::
 
@@ -147,7 +162,7 @@ class CompileCache:
         *,
         local_dir: str | Path | None = None,
         restore_inductor_dir: bool = True,
-        cpu_precompiled_headers: bool = False,
+        cpu_precompiled_headers: bool | None = None,
         defer_artifacts: bool = True,
     ) -> None:
         self.root = Path(root)
@@ -157,6 +172,10 @@ class CompileCache:
         self.cpu_precompiled_headers = cpu_precompiled_headers
         self._active: tuple[str, Path] | None = None
         self._vec_isa: VecIsaRecord | None = None
+        #: What `activate` set, and `save` records: headers precompiled, kernels' keys free
+        #: of the switch.
+        self._headers = False
+        self._header_free = False
         #: The entry's precompiled forwards (name -> serialized), until `precompile` takes one.
         self._precompiled: dict[str, bytes] = {}
         self._deferred_artifacts: tuple[Path, Manifest] | None = None
@@ -210,8 +229,9 @@ class CompileCache:
             log.warning("compile cache: %s", unsafe)
         local.mkdir(parents=True, exist_ok=True)
         with _timed(breakdown, "import_compiler"):  # what any compile imports, cold or warm
-            import_compiler_modules()
-        switch_problems = point_inductor_at(local, precompiled_headers=self.cpu_precompiled_headers)
+            import_compiler_modules()  # or what is left of `start_compiler_import`'s
+        self._header_free = key_kernels_without_header_switch()
+        switch_problems = point_inductor_at(local)
         if unsafe is not None:
             switch_problems.insert(0, unsafe)
         self._active = (key, local)
@@ -230,6 +250,7 @@ class CompileCache:
                     log.info("compile cache miss for %s: %s", key, miss)
                 else:
                     log.warning("compile cache entry for %s ignored: %s", key, miss)
+                self._set_headers(hit=False)
                 with _timed(breakdown, "vec_isa"):
                     self._settle_vec_isa(None)
                 return CacheLoad(key, False, False, False, time.perf_counter() - start, miss,
@@ -243,6 +264,7 @@ class CompileCache:
 
         artifacts_loaded, dir_restored = restored.artifacts_loaded, restored.dir_restored
         hit = artifacts_loaded or dir_restored or bool(self._precompiled)
+        self._set_headers(hit=hit)
         with _timed(breakdown, "vec_isa"):
             self._settle_vec_isa(manifest.vec_isa if hit else None)
         problems = [*restored.problems, *switch_problems]
@@ -447,12 +469,47 @@ class CompileCache:
         if found is not None:
             self._vec_isa = found
 
+    def _set_headers(self, *, hit: bool) -> None:
+        """Precompiled C++ headers for the compile that follows `activate`: as asked, else
+        torch's setting for a miss (a cold compile, whose kernels a warm process with them
+        off finds: the keys leave the switch out) and off for a hit."""
+        headers = self.cpu_precompiled_headers
+        if headers is None:
+            headers = not hit and self._header_free and torch_precompiled_headers()
+        set_precompiled_headers(headers)
+        self._headers = headers
+
     def _settings(self) -> dict[str, bool]:
-        """Inductor settings saver and loader must share (they are in inductor's keys)."""
-        return {"cpp_cache_precompile_headers": self.cpu_precompiled_headers}
+        """What `save` records of the inductor settings the compile ran with."""
+        return {HEADERS: self._headers, HEADER_FREE_KEYS: self._header_free}
+
+    def _settings_problem(self, recorded: dict[str, bool]) -> str | None:
+        """Why an entry saved with the inductor settings `recorded` is not for this cache,
+        or None.
+
+        Kernels built with headers off never carried the switch in their keys; built with
+        them on, only when the saver left it out (`HEADER_FREE_KEYS`). A loader with
+        headers off (a hit, by default) finds those; one with them on, kernels keyed as it
+        keys them. A cache that fixes the switch (a caller compiling with `torch.compile`
+        itself) also needs the saver's switch: the FX graph cache keys on it."""
+        headers = recorded.get(HEADERS)
+        if not isinstance(headers, bool):
+            return f"inductor settings {recorded!r} do not say how C++ headers were built"
+        free = not headers or recorded.get(HEADER_FREE_KEYS) is True
+        wanted = self.cpu_precompiled_headers
+        if wanted is None:  # a hit loads with headers off
+            if free:
+                return None
+            return (f"inductor settings differ: the entry's kernels were built with C++ headers "
+                    f"precompiled and keyed on it ({recorded}); this process loads with them "
+                    "off")
+        if headers == wanted and (not wanted or free == key_kernels_without_header_switch()):
+            return None
+        return (f"inductor settings differ: entry {recorded}, this process "
+                f"{{{HEADERS!r}: {wanted}}}")
 
     def _read_manifest(self, key: str) -> Manifest:
-        return read_manifest(self.entry_dir(key), key, self._settings())
+        return read_manifest(self.entry_dir(key), key, self._settings_problem)
 
     def _restore_archive(self, entry: Path, manifest: Manifest, local: Path) -> bool:
         """Unpack the archived inductor dir beside `local`, then move it in atomically."""
