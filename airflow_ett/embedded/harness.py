@@ -127,8 +127,9 @@ class EmbeddedAirflow:
             raise EmbeddedAirflowError(f"`airflow {' '.join(args)}` took over {timeout:.0f} s")\
                 from exc
 
-    def migrate(self, timeout: float = 300.0) -> None:
-        """`airflow db migrate`: creates or upgrades the SQLite metadata DB (a few seconds)."""
+    def migrate(self, timeout: float = 300.0, *, ett_store: bool = True) -> None:
+        """`airflow db migrate`, then `upgrade_ett_store` unless `ett_store` is False:
+        creates or upgrades the metadata DB and the ETT store (a few seconds)."""
         self.home.mkdir(parents=True, exist_ok=True)
         begin = time.monotonic()
         result = self._airflow("db", "migrate", timeout=timeout)
@@ -137,8 +138,13 @@ class EmbeddedAirflow:
             output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
             raise EmbeddedAirflowError(
                 f"airflow db migrate failed (exit {result.returncode}):\n{output}")
-        # The ETT store is a database of its own ([ett] store_url, SQLite in the home by
-        # default): migrated with the same environment the components will read it with.
+        if ett_store:
+            self.upgrade_ett_store(timeout)
+
+    def upgrade_ett_store(self, timeout: float = 300.0) -> None:
+        """`airflow-ett db upgrade`: the ETT store is a database of its own ([ett]
+        store_url, SQLite in the home by default), migrated with the same environment the
+        components will read it with."""
         ett = self.ett("db", "upgrade", timeout=timeout)
         if ett.returncode != 0:
             output = "\n".join((ett.stdout + ett.stderr).splitlines()[-LOG_TAIL_LINES:])

@@ -33,6 +33,7 @@ import pytest
 from airflow_ett.ett.events import AttemptEnded, CheckpointSaved, Progress, TaskStateChanged
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.airflow_db import migrate
 from tests.distributed.cluster import (
     CeleryAirflow,
     Services,
@@ -91,7 +92,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryAirflow]
     with throwaway_databases("airflow", "ett") as dbs, throwaway_redis_db() as redis_db, \
             CeleryAirflow(root / "home", dags, Services(dbs["airflow"], dbs["ett"], redis_db),
                           overrides, scale={"worker-gpu": 2}) as af:
-        af.migrate()
+        migrate(af)
         af.start_all(workers=["worker-gpu", "worker-cpu"])  # the second gpu host: later
         af.wait_until_ready(240.0)
         af.wait_for_workers(timeout=180.0)

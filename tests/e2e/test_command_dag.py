@@ -24,6 +24,7 @@ from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import job_paths
 from airflow_ett.protocol.request import PreemptRequest, write_request
 from airflow_ett.store import EttStore
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -75,7 +76,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflo
     (dags / ".airflowignore").write_text("plain_trainer.py\n")
     with EmbeddedAirflow(root / "home", dags, parallelism=3,
                          extra_env={"TMPDIR": str(root)}) as af:
-        af.migrate()
+        migrate(af)
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         yield af

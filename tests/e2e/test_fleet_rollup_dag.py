@@ -22,6 +22,7 @@ import pytest
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
 from airflow_ett.rollup import day_window
 from airflow_ett.store import EttStore, upgrade
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 from tests.rollup.scenarios import job_a, job_b, late_job
 
@@ -91,7 +92,7 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
            "AIRFLOW__ETT__ROLLUP_TIMEZONE": "UTC", "AIRFLOW__ETT__ROLLUP_CATCHUP_DAYS": "2",
            "AIRFLOW__ETT__ROLLUP_RECOMPUTE_DAYS": "2"}
     with EmbeddedAirflow(tmp_path / "home", dags, extra_env=env) as af:
-        af.migrate()
+        migrate(af)
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         af.wait_for_dag(DAG_ID, timeout=120.0)

@@ -24,6 +24,7 @@ from airflow_ett.embedded import EmbeddedAirflow, RunResult
 from airflow_ett.ett.events import JobEnded, JobSubmitted, ModelPublished, TaskStateChanged
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -37,7 +38,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflo
     host_tmp = home.parent / "tmp"  # this Airflow's own TMPDIR: no warm inductor dir
     host_tmp.mkdir()
     with EmbeddedAirflow(home, DAGS, extra_env={"TMPDIR": str(host_tmp)}) as af:
-        af.migrate()
+        migrate(af)
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         yield af

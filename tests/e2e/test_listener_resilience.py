@@ -18,6 +18,7 @@ from airflow_ett.embedded import EmbeddedAirflow, venv_script
 from airflow_ett.ett.events import JobSubmitted, TaskStateChanged
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -67,9 +68,7 @@ def test_dag_succeeds_with_the_store_down_and_a_hook_raising(tmp_path: Path) -> 
     env = {"AIRFLOW__ETT__STORE_URL": dead_store, "AIRFLOW__ETT__EMIT_TIMEOUT": "1.0",
            "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins)}
     with EmbeddedAirflow(home, dags, extra_env=env) as af:
-        af.home.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(venv_script("airflow")), "db", "migrate"],
-                       env=af.env, check=True, capture_output=True, timeout=300)
+        migrate(af, ett_store=False)  # the store is down: its upgrade would fail
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         af.wait_for_dag("ett_tiny", timeout=120.0)

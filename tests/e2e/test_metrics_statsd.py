@@ -21,6 +21,7 @@ import pytest
 from airflow_ett.embedded import EmbeddedAirflow
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -103,7 +104,7 @@ def test_a_finished_run_s_metrics_reach_a_statsd_server(tmp_path: Path) -> None:
            "AIRFLOW__ETT__STORE_URL": store_url}
     try:
         with EmbeddedAirflow(tmp_path / "home", dags, extra_env=env) as af:
-            af.migrate()
+            migrate(af)
             af.start(WITHOUT_TRIGGERER)
             af.wait_until_ready(180.0)
             af.wait_for_dag("ett_tiny", timeout=120.0)

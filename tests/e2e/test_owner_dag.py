@@ -21,6 +21,7 @@ from airflow_ett.examples import two_tower
 from airflow_ett.examples.make_data import make
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -83,7 +84,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflo
     (dags / ".airflowignore").write_text("ranking/\ndata/\n")  # the model is not a DAG
     home = root / "airflow_home"
     with EmbeddedAirflow(home, dags, extra_env={"TMPDIR": str(root)}) as af:
-        af.migrate()
+        migrate(af)
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         yield af

@@ -42,6 +42,7 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore, upgrade
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 from tests.reference_run import assert_same_weights, reference_weights
 
@@ -176,7 +177,7 @@ def _a_tenant_at_its_guarantee_is_not_touched(af: EmbeddedAirflow, url: str,
 
 
 def _start(af: EmbeddedAirflow) -> None:
-    af.migrate()
+    migrate(af)
     synced = af.ett("tenants", "sync")
     assert synced.returncode == 0, synced.stdout + synced.stderr
     af.start(WITHOUT_TRIGGERER)

@@ -30,6 +30,7 @@ import pytest
 
 from airflow_ett.embedded import EmbeddedAirflow
 from airflow_ett.scheduling.rules import aged_weight, arrival_of_run
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -118,7 +119,7 @@ def test_queued_runs_start_in_aged_priority_order(tmp_path: Path) -> None:
     env = {"AIRFLOW__ETT__TENANTS_FILE": str(tenants_file),
            "AIRFLOW__ETT__STORE_URL": f"sqlite:///{tmp_path / 'ett.db'}"}
     with EmbeddedAirflow(tmp_path / "home", dags, parallelism=2, extra_env=env) as af:
-        af.migrate()
+        migrate(af)
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         af.api("POST", "/api/v2/pools", {"name": POOL, "slots": 1}, expect=(200, 201))

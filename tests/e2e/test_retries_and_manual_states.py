@@ -27,6 +27,7 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore, JobNotFound
+from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -59,7 +60,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflo
     (root / "dags").mkdir()
     (root / "dags" / "ett_recovery_dags.py").write_text(textwrap.dedent(DAGS))
     with EmbeddedAirflow(root / "home", root / "dags") as af:
-        af.migrate()
+        migrate(af)
         af.start(WITHOUT_TRIGGERER)
         af.wait_until_ready(180.0)
         yield af

@@ -257,3 +257,39 @@ def test_stop_leaves_no_process_behind(airflow: EmbeddedAirflow) -> None:
     assert not [pid for pid, (pgid, _) in running.items() if pgid in groups]
     assert airflow.pids == {}
     airflow.stop()  # idempotent
+
+
+def _db_contents(path: Path) -> dict[str, object]:
+    """Schema and rows of a SQLite DB, without the rows' creation times."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        tables = {name: sql for name, sql in db.execute(
+            "SELECT name, sql FROM sqlite_master ORDER BY name")}
+        rows = {}
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            cursor = db.execute(f'SELECT * FROM "{name}"')
+            columns = [c[0] for c in cursor.description]
+            rows[name] = sorted(
+                repr({c: v for c, v in zip(columns, row, strict=True) if c != "created_at"})
+                for row in cursor)
+    return {"schema": tables, "rows": rows}
+
+
+@pytest.mark.integration
+def test_the_suites_migrated_template_is_what_migrate_makes(tmp_path: Path) -> None:
+    """tests/airflow_db.py copies one migrated DB into each test Airflow: the copy must
+    be what `airflow db migrate` makes for it, and settings it would write are honoured."""
+    from tests.airflow_db import migrate
+
+    real = EmbeddedAirflow(tmp_path / "real" / "home", tmp_path / "dags")
+    real.migrate()
+    copied = EmbeddedAirflow(tmp_path / "copied" / "home", tmp_path / "dags")
+    migrate(copied)
+    assert _db_contents(copied.home / "airflow.db") == _db_contents(real.home / "airflow.db")
+    assert _db_contents(copied.home / "ett.db") == _db_contents(real.home / "ett.db")
+    # a setting that migrate writes into the DB: migrated for real, and it shows
+    pools = EmbeddedAirflow(tmp_path / "pools" / "home", tmp_path / "dags", extra_env={
+        "AIRFLOW__CORE__DEFAULT_POOL_TASK_SLOT_COUNT": "7"})
+    migrate(pools)
+    assert "'slots': 7" in str(_db_contents(pools.home / "airflow.db")["rows"])

@@ -33,6 +33,7 @@ from airflow_ett.embedded import EmbeddedAirflow
 from airflow_ett.embedded.auth import PASSWORD_FILE
 from airflow_ett.rollup import day_of, day_window
 from airflow_ett.store import EttStore, upgrade
+from tests.airflow_db import migrate
 from tests.plugin.web import fleet as fleet_data
 from tests.plugin.web import restricted_auth
 
@@ -121,7 +122,7 @@ def ett_site(tmp: Path) -> Iterator[Site]:
                                                     os.environ.get("PYTHONPATH")])),
     }
     with EmbeddedAirflow(tmp / "home", dags, extra_env=env) as af:
-        af.migrate()
+        migrate(af)
         af.start(["dag-processor", "api-server"])
         af.wait_until_ready(240.0)
         for dag_id in (fleet_data.DAG_A, fleet_data.DAG_SECRET):
