@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,25 +58,38 @@ def saves(events: list[Event], attempt: str) -> list[int]:
     return [e.step for e in events if isinstance(e, CheckpointSaved) and e.attempt == attempt]
 
 
-def assert_same_weights(a: Path, b: Path) -> None:
-    want, got = load_final_state(load_config(a)), load_final_state(load_config(b))
+def assert_same_weights(want: dict[str, torch.Tensor], b: Path) -> None:
+    got = load_final_state(load_config(b))
     assert want.keys() == got.keys()
     for name in want:
         assert torch.equal(want[name], got[name]), f"{name} differs after the yield"
 
 
-def clean_run(tmp_path: Path, **fields: Any) -> Path:
-    clean = write_config(tmp_path / "clean" / "job.json", **fields)
-    done = subprocess.run(command(clean, "clean", 1), capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False, cwd=clean.parent)
-    assert done.returncode == EXIT_OK, done.stderr[-3000:]
-    return clean
+@pytest.fixture(scope="module")
+def clean_weights(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Callable[[], dict[str, torch.Tensor]]:
+    """`clean_weights()`: the final weights of `write_config`'s job trained once, without
+    faults, requests or pacing, the first time a test asks. Every job compared with it
+    here is that job: its step sleep and its checkpoint mode (in the background or not)
+    change when it trains, never what, so one clean run serves them all (and a yielded
+    job with background saves matching the clean run is part of what is checked)."""
+    made: list[dict[str, torch.Tensor]] = []
+
+    def weights() -> dict[str, torch.Tensor]:
+        if not made:
+            clean = write_config(tmp_path_factory.mktemp("clean") / "job.json")
+            done = subprocess.run(command(clean, "clean", 1), capture_output=True,
+                                  text=True, timeout=TIMEOUT, check=False, cwd=clean.parent)
+            assert done.returncode == EXIT_OK, done.stderr[-3000:]
+            made.append(load_final_state(load_config(clean)))
+        return made[0]
+
+    return weights
 
 
 def test_an_at_checkpoint_request_leaves_right_after_the_next_periodic_save(
-        tmp_path: Path) -> None:
-    fields: dict[str, Any] = {"step_sleep_s": 0.1}
-    config = write_config(tmp_path / "job" / "job.json", **fields)
+        tmp_path: Path, clean_weights: Callable[[], dict[str, torch.Tensor]]) -> None:
+    config = write_config(tmp_path / "job" / "job.json", step_sleep_s=0.1)
     job_dir = config.parent
     proc = subprocess.Popen(command(config, "yield", 1), stderr=subprocess.PIPE, text=True,
                             cwd=job_dir, env=env_for(job_dir))
@@ -108,7 +122,7 @@ def test_an_at_checkpoint_request_leaves_right_after_the_next_periodic_save(
     assert again.returncode == EXIT_OK, again.stderr[-3000:]
     assert "restored step 20" in again.stderr
     assert saves(events_of(config), "2") == [30, 40, 50, 60]
-    assert_same_weights(clean_run(tmp_path, **fields), config)
+    assert_same_weights(clean_weights(), config)
 
 
 def test_a_now_request_is_not_acted_on_at_a_checkpoint(tmp_path: Path) -> None:
@@ -143,8 +157,7 @@ def test_a_hostile_request_file_is_ignored_and_the_trainer_trains_on(
 
 
 def test_sigterm_right_after_a_periodic_save_leaves_without_saving_again(
-        tmp_path: Path) -> None:
-    fields: dict[str, Any] = {}
+        tmp_path: Path, clean_weights: Callable[[], dict[str, torch.Tensor]]) -> None:
     config = write_config(tmp_path / "job" / "job.json",
                           faults=[{"kind": "sigterm", "at_step": 20, "attempt": 1}])
     job_dir = config.parent
@@ -160,7 +173,7 @@ def test_sigterm_right_after_a_periodic_save_leaves_without_saving_again(
                             timeout=TIMEOUT, check=False, cwd=job_dir, env=env_for(job_dir))
     assert second.returncode == EXIT_OK, second.stderr[-3000:]
     assert "restored step 20" in second.stderr
-    assert_same_weights(clean_run(tmp_path, **fields), config)
+    assert_same_weights(clean_weights(), config)
 
 
 def committed_steps(checkpoints: Path) -> list[int]:
@@ -175,15 +188,16 @@ def committed_steps(checkpoints: Path) -> list[int]:
 
 @pytest.mark.parametrize("async_checkpoint", [False, True])
 def test_sigterm_with_a_skip_save_request_leaves_at_once_without_saving(
-        tmp_path: Path, async_checkpoint: bool) -> None:
+        tmp_path: Path, async_checkpoint: bool,
+        clean_weights: Callable[[], dict[str, torch.Tensor]]) -> None:
     """The controller knows the exit save would not fit the grace: SIGTERM at step 21
     leaves right after that step, no save begun, the next attempt restores the newest
     committed checkpoint and re-trains from it. Saves made synchronously: that is the
     periodic one at step 20. Made in the background, step 20's may still be in flight
     then: it is not waited for (the process exits under it), and step 10 resumes
     (or step 20, if its write landed before the exit all the same)."""
-    fields: dict[str, Any] = {"optimizations": {"async_checkpoint": async_checkpoint}}
-    config = write_config(tmp_path / "job" / "job.json", **fields,
+    config = write_config(tmp_path / "job" / "job.json",
+                          optimizations={"async_checkpoint": async_checkpoint},
                           faults=[{"kind": "sigterm", "at_step": 21, "attempt": 1}])
     job_dir = config.parent
     reason = "preempted unsaved: its exit save of 5 min does not fit the grace"
@@ -212,7 +226,7 @@ def test_sigterm_with_a_skip_save_request_leaves_at_once_without_saving(
     assert second.returncode == EXIT_OK, second.stderr[-3000:]
     assert f"restored step {newest}" in second.stderr
     assert saves(events_of(config), "2") == list(range(newest + 10, 61, 10))
-    assert_same_weights(clean_run(tmp_path, **fields), config)
+    assert_same_weights(clean_weights(), config)
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None and not Path(
