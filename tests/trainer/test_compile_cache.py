@@ -364,6 +364,7 @@ def _restore_inductor_settings() -> Iterator[None]:
     isa_value, isa_default = inductor_config.cpp.vec_isa_ok, isa_entry.default
     active = cc_store._ACTIVE  # what compile_dense compiles through, in this process
     yield
+    cc.inductor.wait_for_vec_isa()  # a probe a miss began on a thread: its settings too
     cc_store._ACTIVE = active
     for name, saved in saved_env.items():
         if saved is None:
@@ -623,7 +624,7 @@ def test_the_compiler_import_begun_ahead_is_waited_for(monkeypatch: pytest.Monke
     release = threading.Event()
     calls: list[str] = []
 
-    def slow_import() -> None:
+    def slow_import(names: tuple[str, ...] = cc.COMPILER_MODULES) -> None:
         calls.append(threading.current_thread().name)
         release.wait(10)
 
@@ -651,7 +652,7 @@ def test_a_compiler_import_that_failed_ahead_fails_in_activate(
 ) -> None:
     inductor = cc.inductor
 
-    def broken() -> None:
+    def broken(names: tuple[str, ...] = cc.COMPILER_MODULES) -> None:
         raise ImportError("no inductor here")
 
     monkeypatch.setattr(inductor, "_IMPORTER", None)
@@ -663,6 +664,172 @@ def test_a_compiler_import_that_failed_ahead_fails_in_activate(
     assert importer.error == "ImportError: no inductor here"
     with pytest.raises(ImportError, match="no inductor here"):
         cc.import_compiler_modules()
+
+
+class FakeIsaProbe:
+    """Inductor's vector-ISA probe faked (`fake_isa_probe`): candidates avx2 and avx512,
+    compiler "cc: 1"; each probe call is recorded with its thread's name and waits for
+    `release` (set unless a test clears it); `fail` makes it raise."""
+
+    CANDIDATES = ("avx2", "avx512")
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.fail: Exception | None = None
+        self.compiles: list[tuple[str, object]] = []  # (thread, vec_isa_ok) per compile
+
+    def valid_vec_isa_list(self) -> list[str]:
+        self.calls.append(threading.current_thread().name)
+        assert self.release.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        return list(self.CANDIDATES)
+
+    def compile_fx(self, *args: object, **kwargs: object) -> str:
+        import torch._inductor.config as inductor_config
+
+        self.compiles.append((threading.current_thread().name, inductor_config.cpp.vec_isa_ok))
+        return "compiled"
+
+
+@pytest.fixture
+def fake_isa_probe(monkeypatch: pytest.MonkeyPatch) -> FakeIsaProbe:
+    """The probe faked on any CPU, inductor's switch unset, and inductor's compile entry
+    point a fake that records the switch it sees (put back after the test)."""
+    import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpu_vec_isa
+
+    fake = FakeIsaProbe()
+
+    def candidates() -> list[str] | None:
+        return None if inductor_config.cpp.vec_isa_ok is not None else list(fake.CANDIDATES)
+
+    os.environ.pop("TORCHINDUCTOR_VEC_ISA_OK", None)  # the autouse fixture puts it back
+    inductor_config._config["cpp.vec_isa_ok"].default = None  # type: ignore[attr-defined]
+    inductor_config.cpp.vec_isa_ok = None
+    monkeypatch.setattr(cc.inductor, "_candidate_isas", candidates)
+    monkeypatch.setattr(cc.inductor, "compiler_id", lambda: "cc: 1")
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", fake.valid_vec_isa_list)
+    monkeypatch.setattr(compile_fx_module, "compile_fx", fake.compile_fx)
+    return fake
+
+
+def test_a_miss_probes_the_vector_isa_on_a_thread_and_the_compile_waits_for_it(
+    tmp_path: Path, fake_isa_probe: FakeIsaProbe, fake_artifacts: list[bytes]
+) -> None:
+    """The probe runs on its own thread, begun in activate; inductor's compile waits for
+    it and sees the switch set; the breakdown has the wait; save records the answer,
+    the one a synchronous probe gives."""
+    import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.config as inductor_config
+
+    fake = fake_isa_probe
+    fake.release.clear()
+    cache = CompileCache(tmp_path / "root", local_dir=tmp_path / "local")
+    load = cache.activate("k1")
+    assert not load.hit and "no entry" in (load.reason or "")
+    pending = cc.inductor._PENDING
+    assert pending is not None and pending.on_thread
+    assert inductor_config.cpp.vec_isa_ok is None  # not set before the compile needs it
+    compiling = threading.Thread(target=compile_fx_module.compile_fx, args=("gm", []),
+                                 name="compile")
+    compiling.start()
+    compiling.join(0.3)
+    assert compiling.is_alive() and fake.compiles == []  # waiting for the probe
+    fake.release.set()
+    compiling.join(10)
+    assert fake.calls == ["ett-vec-isa-probe"]
+    assert fake.compiles == [("compile", True)]
+    assert os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "1"
+    assert cc.inductor._PENDING is None
+    assert load.breakdown["vec_isa"] >= 0.25 and load.breakdown["vec_isa_probe"] >= 0.25
+    compile_fx_module.compile_fx("gm", [])  # then a pass-through
+    assert len(fake.compiles) == 2 and fake.calls == ["ett-vec-isa-probe"]
+
+    recorded = _manifest(cache.save("k1"))["vec_isa"]
+    assert recorded == {"ok": True, "isas": ["avx2", "avx512"], "compiler": "cc: 1"}
+    inductor_config._config["cpp.vec_isa_ok"].default = None  # type: ignore[attr-defined]
+    inductor_config.cpp.vec_isa_ok = None
+    synchronous = cc.inductor.settle_vec_isa(None)
+    assert fake.calls == ["ett-vec-isa-probe", "MainThread"]
+    assert synchronous is not None and dataclasses.asdict(synchronous) == {
+        **recorded, "isas": tuple(recorded["isas"])}
+
+
+def test_a_vector_isa_probe_that_fails_on_its_thread_is_the_warning_it_was(
+    tmp_path: Path, fake_isa_probe: FakeIsaProbe, fake_artifacts: list[bytes],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed probe is reported once its answer is needed, as a synchronous one was: a
+    warning, no switch set, nothing recorded; the compile goes on."""
+    import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.config as inductor_config
+
+    fake_isa_probe.fail = OSError("no compiler")
+    cache = CompileCache(tmp_path / "root", local_dir=tmp_path / "local")
+    with caplog.at_level(logging.INFO, logger=cc.__name__):
+        cache.activate("k1")
+        assert compile_fx_module.compile_fx("gm", []) == "compiled"
+        entry = cache.save("k1")
+    skipped = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert skipped == ["compile cache: vector-ISA check skipped: OSError('no compiler')"]
+    assert fake_isa_probe.calls == ["ett-vec-isa-probe"]
+    assert fake_isa_probe.compiles == [("MainThread", None)]
+    assert inductor_config.cpp.vec_isa_ok is None
+    assert "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ
+    assert _manifest(entry)["vec_isa"] is None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=cc.__name__):
+        assert cc.inductor.settle_vec_isa(None) is None  # the synchronous probe's warning
+    assert [r.getMessage() for r in caplog.records] == skipped
+
+
+def test_the_probe_checks_each_candidate_isa_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's per-ISA checks, one after another in `valid_vec_isa_list`, run at once,
+    one thread each; only the candidates are checked."""
+    from torch._inductor import cpu_vec_isa
+
+    seen: list[tuple[str, int]] = []
+    started = threading.Barrier(3, timeout=10)  # all three at once, or it breaks
+
+    class Isa:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __str__(self) -> str:
+            return self.name
+
+        def __bool__(self) -> bool:
+            started.wait()  # raises (and the check is left out) unless all three run at once
+            seen.append((self.name, threading.get_ident()))
+            return True
+
+    monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list",
+                        [Isa("a"), Isa("b"), Isa("c"), Isa("not on this cpu")])
+    cc.inductor._check_each_at_once(["a", "b", "c"])
+    assert sorted(name for name, _ in seen) == ["a", "b", "c"]
+    assert len({thread for _, thread in seen}) == 3
+
+
+def test_a_hit_answers_the_vector_isa_check_without_a_probe_or_a_thread(
+    tmp_path: Path, fake_isa_probe: FakeIsaProbe, fake_artifacts: list[bytes]
+) -> None:
+    import torch._inductor.config as inductor_config
+
+    root, entry = _make_entry(tmp_path)  # a miss: probed once, on the thread
+    assert fake_isa_probe.calls == ["ett-vec-isa-probe"]
+    assert _manifest(entry)["vec_isa"]["ok"] is True
+    inductor_config._config["cpp.vec_isa_ok"].default = None  # type: ignore[attr-defined]
+    inductor_config.cpp.vec_isa_ok = None
+    os.environ.pop("TORCHINDUCTOR_VEC_ISA_OK")
+    threads = set(threading.enumerate())
+    load = CompileCache(root, local_dir=tmp_path / "reader").activate("k1")
+    assert load.hit and fake_isa_probe.calls == ["ett-vec-isa-probe"]  # no probe again
+    assert cc.inductor._PENDING is None and set(threading.enumerate()) <= threads
+    assert inductor_config.cpp.vec_isa_ok is True and "vec_isa_probe" not in load.breakdown
 
 
 def test_miss_without_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -1110,7 +1277,11 @@ def test_a_malformed_part_is_that_part_alone_with_its_reason(
 @pytest.mark.integration
 def test_activate_waits_for_a_real_import_ahead_in_a_fresh_process(tmp_path: Path) -> None:
     """Torch's compiler imported for real on the thread, in a process that has not
-    imported it: `activate` waits for what is left of it, which is no more than it took."""
+    imported it: `activate` waits for what is left of it, which is no more than it took.
+    (An entry there but stale, and the vector ISA settled by the user: no probe, whose
+    modules and inductor's compile entry point a miss imports besides.)"""
+    (tmp_path / "root" / "k").mkdir(parents=True)
+    (tmp_path / "root" / "k" / MANIFEST_NAME).write_text('{"format": 0}')
     code = (
         "import json, sys\n"
         "import torch\n"
@@ -1124,13 +1295,52 @@ def test_activate_waits_for_a_real_import_ahead_in_a_fresh_process(tmp_path: Pat
         "print(json.dumps({'took': ended - began, 'waited': load.breakdown['import_compiler'],\n"
         "                  'all': all(m in sys.modules for m in COMPILER_MODULES)}))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
+    env = {**os.environ, "TORCHINDUCTOR_VEC_ISA_OK": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     state = json.loads(done.stdout.strip().splitlines()[-1])
     assert state["all"] is True
     assert 0 < state["waited"] <= state["took"] + 0.05, state
+
+
+_ISA_PROBE_CODE = """\
+import dataclasses, importlib, json, sys
+import torch
+from airflow_ett.trainer.compile_cache import inductor
+for name in (*inductor.PROBE_MODULES, "torch._inductor.compile_fx"):
+    importlib.import_module(name)
+before = set(sys.modules)
+settle = inductor.VecIsaSettle.begin(None, on_thread=sys.argv[1] == "thread")
+record = settle.wait()
+print(json.dumps({"record": record and dataclasses.asdict(record), "thread": settle.on_thread,
+                  "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 ISA probe")
+def test_the_real_vector_isa_probe_on_a_thread_imports_nothing_and_answers_the_same(
+    tmp_path: Path,
+) -> None:
+    """Torch's probe for real, each way in a fresh process with a fresh inductor dir (so
+    it builds): on its thread it imports nothing `PROBE_MODULES` did not (no import can
+    meet the compiler's import in a cycle of module locks), and it answers as the
+    synchronous probe does."""
+    answers = {}
+    for how in ("thread", "here"):
+        env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / how)
+        done = subprocess.run([sys.executable, "-c", _ISA_PROBE_CODE, how], capture_output=True,
+                              text=True, env=env, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        answers[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answers["thread"]["thread"] is True and answers["here"]["thread"] is False
+    assert answers["thread"]["imported"] == []
+    assert answers["thread"]["record"] == answers["here"]["record"]
+    assert answers["thread"]["record"]["ok"] is True
+
 
 PROBE = "airflow_ett.trainer.compile_probe"
 

@@ -13,7 +13,9 @@
   looks up. The switch is part of the FX graph cache key, so the entry's manifest
   records it.
 * The CPU vector-ISA probe's answer from the entry instead of probing again, when the CPU
-  and compiler are the saver's (`settle_vec_isa`).
+  and compiler are the saver's (`settle_vec_isa`); on a miss the probe runs on a thread
+  beside the rest of the start (`VecIsaSettle`), and inductor's compile waits for its
+  answer (`wait_for_vec_isa`).
 * Each option process-wide, not only for the calling thread (`set_process_wide`):
   inductor config assignments are per thread, and the trainer may compile on another.
 * The caches' own switches stay as the user set them; one that matters being off is
@@ -28,6 +30,9 @@ docs/decisions/0004-trainer-choices.md; the figures in bench/RESULTS.md.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import logging
 import os
 import platform
@@ -37,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +64,39 @@ COMPILER_MODULES = (
 )
 
 
-def import_compiler_modules() -> None:
-    """Import `COMPILER_MODULES` (a no-op once imported), after the import
-    `start_compiler_import` began, if any, has ended: `activate` calls it first, so its
-    breakdown shows what is left of the import apart from the work."""
+#: What the vector-ISA probe (`VecIsaSettle`) imports, with what `activate` uses before it
+#: starts the probe (`point_inductor_at`, `key_kernels_without_header_switch`): the C++
+#: builder, the code cache it writes its test programs through, and `cpp_extension` (with
+#: setuptools), which the builder imports when it first builds. A miss imports them on
+#: its own thread before the probe's thread starts (`import_compiler_modules`), so that
+#: thread imports nothing: two threads importing torch's cyclic packages at once can meet
+#: in a cycle of module locks (`start_compiler_import`). Not in `COMPILER_MODULES`: a hit
+#: never probes, and needs neither setuptools nor the C++ builder's first build. Checked
+#: in tests/trainer/test_compile_cache.py: the probe imports nothing else.
+PROBE_MODULES = (
+    "torch._inductor.config",
+    "torch._functorch.config",
+    "torch._inductor.utils",
+    "torch._inductor.cpu_vec_isa",
+    "torch._inductor.cpp_builder",
+    "torch._inductor.codecache",
+    "torch.utils.cpp_extension",
+    "tomllib",  # stdlib, imported by the first build's setuptools
+)
+
+
+def import_compiler_modules(names: tuple[str, ...] = COMPILER_MODULES) -> None:
+    """Import `names` (by default `COMPILER_MODULES`; a no-op once imported), after the
+    import `start_compiler_import` began, if any, has ended: `activate` calls it first, so
+    its breakdown shows what is left of the import apart from the work."""
     importer = _IMPORTER
     if importer is not None and importer.thread is not threading.current_thread():
         importer.thread.join()
-    _import_all()
+    _import_all(names)
 
 
-def _import_all() -> None:
-    import importlib
-
-    for name in COMPILER_MODULES:
+def _import_all(names: tuple[str, ...] = COMPILER_MODULES) -> None:
+    for name in names:
         importlib.import_module(name)
 
 
@@ -288,31 +313,270 @@ def settle_vec_isa(recorded: VecIsaRecord | None) -> VecIsaRecord | None:
     would and sets the switch only if the answer is the same. Saver and loader thus
     end with the same setting, which matters: the switch is part of the FX graph
     cache key. A user's explicit `TORCHINDUCTOR_VEC_ISA_OK` is left alone.
+
+    All of it on the calling thread; `VecIsaSettle.begin(..., on_thread=True)` probes on a
+    thread instead, with the same answer.
     """
+    return VecIsaSettle.begin(recorded, on_thread=False).wait()
+
+
+#: The settle begun on a thread whose answer inductor's next compile waits for
+#: (`wait_for_vec_isa`); None once it is set.
+_PENDING: VecIsaSettle | None = None
+_PENDING_LOCK = threading.Lock()
+
+
+def wait_for_vec_isa() -> VecIsaRecord | None:
+    """Wait for the vector-ISA probe begun on a thread, if one is pending, and set its
+    answer in inductor (`VecIsaSettle.wait`); what it found, or None. Inductor's compile
+    entry point calls it first (`_wait_before_compiles`)."""
+    pending = _PENDING
+    return None if pending is None else pending.wait()
+
+
+class VecIsaSettle:
+    """`settle_vec_isa`'s work, begun by `begin` and ended by `wait`.
+
+    `begin` decides on the calling thread whether there is anything to check (an x86 CPU,
+    no explicit `TORCHINDUCTOR_VEC_ISA_OK`, candidate ISAs); the check itself (the C++
+    compiler's version, then inductor's probe: a test build and load per candidate ISA,
+    subprocesses all, run at once by `_check_each_at_once`) runs then and there, or on a
+    daemon thread (`on_thread`), where it waits on gcc beside the caller's imports and
+    dynamo's tracing without taking the GIL from them. `wait` joins it and sets the
+    answer in inductor once (the switch for every thread, the environment for compile
+    workers), on the thread that needs it: inductor's compile waits for it first (the
+    switch is part of the FX graph and AOTAutograd cache keys), and so does
+    `CompileCache.save`, which records it. A failed check is logged by `wait` as a
+    warning and gives None, as a synchronous one did: no switch set, nothing recorded,
+    the compile probes as inductor would.
+
+    `timings` (a `CacheLoad.breakdown`) gets under `vec_isa` the seconds `begin` took and
+    those `wait` waited for the thread (the probe's cost to the critical path), under
+    `vec_isa_probe` the probe's own seconds on its thread, and under `import_compiler`
+    the import of inductor's compile entry point that `begin` does beside the probe.
+    """
+
+    def __init__(self, recorded: VecIsaRecord | None, candidates: list[str] | None,
+                 timings: dict[str, float] | None) -> None:
+        self._recorded = recorded
+        self._candidates = candidates
+        self._timings = timings
+        self._thread: threading.Thread | None = None
+        self._answer: tuple[bool, str] | None = None  # (trusted, compiler)
+        self._error: Exception | None = None
+        self._lock = threading.Lock()
+        self._settled = candidates is None
+        self._record: VecIsaRecord | None = None
+        self.began = time.perf_counter()
+        self.ended: float | None = None if candidates is not None else self.began
+
+    @classmethod
+    def begin(cls, recorded: VecIsaRecord | None, *, on_thread: bool,
+              timings: dict[str, float] | None = None) -> VecIsaSettle:
+        """Begin settling the vector ISA (see the class). With `on_thread`, the probe's
+        modules (`PROBE_MODULES`) are imported here first; once its thread has started,
+        inductor's compiles are made to wait for it (`_wait_before_compiles`, which
+        imports inductor's `compile_fx`, beside the probe; counted in `timings` as
+        `import_compiler`, what it is); where they cannot be (torch moved its entry point),
+        it is waited for here. A settle pending from earlier is waited for first: its
+        answer may make this one unnecessary. Its own seconds go to `timings`' `vec_isa`."""
+        start, gate_s = time.perf_counter(), 0.0
+        wait_for_vec_isa()
+        try:
+            candidates = _candidate_isas()
+        except Exception as exc:  # never fail a compile over an optimisation of it
+            log.warning("compile cache: vector-ISA check skipped: %r", exc)
+            candidates = None
+        settle = cls(recorded, candidates, timings)
+        try:
+            if candidates is not None:
+                gate_s = settle._begin(on_thread)
+            return settle
+        finally:
+            if timings is not None:
+                timings["vec_isa"] = (timings.get("vec_isa", 0.0)
+                                      + time.perf_counter() - start - gate_s)
+                if gate_s:
+                    timings["import_compiler"] = timings.get("import_compiler", 0.0) + gate_s
+
+    def _begin(self, on_thread: bool) -> float:
+        """`begin`'s check, here or on a thread; the seconds the gate took to put in."""
+        global _PENDING
+        if on_thread:
+            try:
+                import_compiler_modules(PROBE_MODULES)
+            except Exception as exc:
+                log.warning("compile cache: vector-ISA probe not begun on a thread: %r", exc)
+                on_thread = False
+        if not on_thread:
+            self._check()
+            return 0.0
+        self._thread = threading.Thread(target=self._check, name="ett-vec-isa-probe",
+                                        daemon=True)
+        with _PENDING_LOCK:
+            _PENDING = self
+        self.began = time.perf_counter()
+        self._thread.start()
+        try:
+            gated = _wait_before_compiles()
+        except Exception as exc:
+            log.warning("compile cache: inductor's compiles cannot wait for the vector-ISA "
+                        "probe (%r); waiting for it now", exc)
+            gated = False
+        gate_s = time.perf_counter() - self.began
+        if not gated:  # the compile must not begin before its answer is set
+            self._settle(self._join())
+            return 0.0
+        return gate_s
+
+    @property
+    def on_thread(self) -> bool:
+        """Whether the check runs (or ran) on a thread of its own."""
+        return self._thread is not None
+
+    def _check(self) -> None:
+        """The check: the recorded answer if it is this CPU's and compiler's, else the
+        probe, as inductor would run it at its first CPU kernel."""
+        try:
+            from torch._inductor import cpu_vec_isa  # imported by `begin`: a lookup
+
+            compiler = compiler_id()
+            recorded, candidates = self._recorded, self._candidates or []
+            trusted = (
+                recorded is not None and recorded.ok
+                and list(recorded.isas) == candidates and recorded.compiler == compiler
+            )
+            if not trusted:
+                listed = getattr(cpu_vec_isa.valid_vec_isa_list, "cache_info", None)
+                if listed is not None and listed().currsize == 0:  # not yet probed
+                    _check_each_at_once(candidates)
+                trusted = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] == candidates
+            self._answer = (trusted, compiler)
+        except Exception as exc:  # reported by `wait`, on the thread that needs it
+            self._error = exc
+        finally:
+            self.ended = time.perf_counter()
+
+    def wait(self) -> VecIsaRecord | None:
+        """Wait for the check, set its answer in inductor (once), and return what a save
+        records: None when nothing was checked or the check failed (a warning)."""
+        waited = self._join()
+        if self._timings is not None and self._thread is not None:
+            with self._lock:
+                self._timings["vec_isa"] = self._timings.get("vec_isa", 0.0) + waited
+        return self._settle(waited)
+
+    def _join(self) -> float:
+        """Wait for the check's thread, if any; the seconds waited."""
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return 0.0
+        start = time.perf_counter()
+        thread.join()
+        return time.perf_counter() - start
+
+    def _settle(self, waited: float) -> VecIsaRecord | None:
+        """Set the check's answer in inductor, once; what a save records."""
+        global _PENDING
+        with self._lock:
+            if self._settled:
+                return self._record
+            self._settled = True
+            with _PENDING_LOCK:
+                if _PENDING is self:
+                    _PENDING = None
+            if self._thread is not None and self.ended is not None:
+                probe = self.ended - self.began
+                if self._timings is not None:
+                    self._timings["vec_isa_probe"] = probe
+                log.info("compile cache: vector-ISA probe %.2fs on its thread, %.2fs of it "
+                         "waited for", probe, waited)
+            self._record = self._apply()
+            return self._record
+
+    def _apply(self) -> VecIsaRecord | None:
+        if self._error is not None or self._answer is None:
+            error = self._error or RuntimeError("the vector-ISA probe gave no answer")
+            log.warning("compile cache: vector-ISA check skipped: %r", error)
+            return None
+        trusted, compiler = self._answer
+        assert self._candidates is not None
+        try:
+            if trusted:
+                import torch._inductor.config as inductor_config
+
+                set_process_wide(inductor_config, "cpp.vec_isa_ok", True)
+                os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"  # compile worker processes
+        except Exception as exc:
+            log.warning("compile cache: vector-ISA check skipped: %r", exc)
+            return None
+        return VecIsaRecord(ok=trusted, isas=tuple(self._candidates), compiler=compiler)
+
+
+def _check_each_at_once(candidates: list[str]) -> None:
+    """Run inductor's check of each candidate ISA (`bool(isa)`: build its test program
+    with gcc, `dlopen` it in a child Python; 2.5-3.7 s each on the 2-core machine) at
+    once, one thread each, where `valid_vec_isa_list` runs them one after another: with
+    a core each, the probe takes as long as its slowest ISA (9.5 s serial, 5.1 s so on
+    2 cores). Inductor keeps each answer in its own per-ISA cache (`VecISA.__bool__`),
+    which `valid_vec_isa_list` then reads; a check that fails here is left to it, which
+    runs it again and raises where it would have."""
+    from torch._inductor import cpu_vec_isa  # imported by `VecIsaSettle.begin`: a lookup
+
+    isas = [isa for isa in cpu_vec_isa.supported_vec_isa_list if str(isa) in candidates]
+
+    def check(isa: object) -> None:
+        with contextlib.suppress(Exception):
+            bool(isa)
+
+    others = [threading.Thread(target=check, args=(isa,), name="ett-vec-isa-build",
+                               daemon=True) for isa in isas[1:]]
+    for thread in others:
+        thread.start()
+    for isa in isas[:1]:
+        check(isa)
+    for thread in others:
+        thread.join()
+
+
+def _candidate_isas() -> list[str] | None:
+    """The ISAs inductor would probe on this CPU, or None when nothing is to be checked:
+    not x86, the switch already set (by the user, or by an earlier `activate`), no
+    candidate. Read on the calling thread: inductor's options are per thread."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
-    try:
-        import torch._inductor.config as inductor_config
-        from torch._inductor import cpu_vec_isa
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpu_vec_isa
 
-        if inductor_config.cpp.vec_isa_ok is not None:
-            return None
-        flags = cpu_vec_isa.x86_isa_checker()
-        candidates = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
-                      if all(flag in flags for flag in str(isa).split())]
-        if not candidates:
-            return None
-        compiler = compiler_id()
-        trusted = (
-            recorded is not None and recorded.ok
-            and list(recorded.isas) == candidates and recorded.compiler == compiler
-        )
-        if not trusted:  # probe now, as inductor would at its first CPU kernel
-            trusted = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()] == candidates
-        if trusted:
-            set_process_wide(inductor_config, "cpp.vec_isa_ok", True)
-            os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"  # compile worker processes
-        return VecIsaRecord(ok=trusted, isas=tuple(candidates), compiler=compiler)
-    except Exception as exc:  # never fail a compile over an optimisation of it
-        log.warning("compile cache: vector-ISA check skipped: %r", exc)
+    if inductor_config.cpp.vec_isa_ok is not None:
         return None
+    flags = cpu_vec_isa.x86_isa_checker()
+    candidates = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
+                  if all(flag in flags for flag in str(isa).split())]
+    return candidates or None
+
+
+def _wait_before_compiles() -> bool:
+    """Make inductor's compile entry point (`torch._inductor.compile_fx.compile_fx`, which
+    torch.compile's inductor backend, jit or ahead of time, looks up on every call) wait
+    for a pending vector-ISA probe first (`wait_for_vec_isa`): before dynamo's graph
+    reaches AOTAutograd, whose cache key holds inductor's options, and long before
+    inductor picks the ISA for its first C++ kernel. Idempotent; a pass-through once
+    nothing is pending. False, with nothing changed, when torch's entry point moved."""
+    module: Any = importlib.import_module("torch._inductor.compile_fx")
+    current = getattr(module, "compile_fx", None)
+    if current is None:
+        log.warning("compile cache: inductor's compile_fx moved; the vector-ISA probe runs "
+                    "before the compile")
+        return False
+    if getattr(current, "_ett_waits_for_vec_isa", False):
+        return True
+
+    @functools.wraps(current)
+    def compile_fx(*args: object, **kwargs: object) -> object:
+        wait_for_vec_isa()
+        return current(*args, **kwargs)
+
+    compile_fx._ett_waits_for_vec_isa = True  # type: ignore[attr-defined]
+    module.compile_fx = compile_fx
+    return True

@@ -7,7 +7,10 @@ then the precompiled forwards (read now, unpickled one by one when `precompile` 
 them), then torch's portable artifacts unless the precompiled forwards make them
 unnecessary (deferred until a just-in-time compile needs them). A bad entry, or a bad
 part, is ignored with a warning and the reason is returned in `CacheLoad`, never raised.
-`save` writes the parts and the manifest (`entry.py`). The cache last activated in the
+On a miss, the CPU vector-ISA probe (`inductor.VecIsaSettle`) runs on a thread beside the
+rest of the compiler's import and dynamo's tracing; the compile waits for its answer
+before inductor needs it, and `save` before it records it. `save` writes the parts and
+the manifest (`entry.py`). The cache last activated in the
 process is `active_cache()`, what `compile_dense` compiles through. Warnings for every
 ignored entry or part, info for hits and saves.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import platform
 import shutil
 import sys
@@ -31,6 +35,7 @@ from airflow_ett.trainer.cache_archive import UnsafeArchiveError, open_archive, 
 from airflow_ett.trainer.compile_cache.entry import (
     ARCHIVE_PREFIX,
     ARTIFACTS_PREFIX,
+    MANIFEST_NAME,
     ArchivePart,
     ArtifactsPart,
     EntryError,
@@ -47,12 +52,14 @@ from airflow_ett.trainer.compile_cache.entry import (
     write_precompiled,
 )
 from airflow_ett.trainer.compile_cache.inductor import (
+    COMPILER_MODULES,
+    PROBE_MODULES,
     VecIsaRecord,
+    VecIsaSettle,
     import_compiler_modules,
     key_kernels_without_header_switch,
     point_inductor_at,
     set_precompiled_headers,
-    settle_vec_isa,
     torch_precompiled_headers,
 )
 from airflow_ett.trainer.compile_cache.inductor_dir import (
@@ -96,7 +103,10 @@ class CacheLoad:
     #: The artifacts were left unloaded because the entry's precompiled forwards do not
     #: use them; a just-in-time compile in this process loads them first.
     artifacts_deferred: bool = False
-    #: Seconds per step of the restore (`_BREAKDOWN_STEPS`), for the benchmark's table.
+    #: Seconds per step of the restore, for the benchmark's table. On a miss the
+    #: vector-ISA probe runs on a thread: `vec_isa` is then what the compile (or `save`)
+    #: waited for it, added when it first needs the answer, and `vec_isa_probe` what it
+    #: took on its thread.
     breakdown: dict[str, float] = field(default_factory=dict, compare=False)
 
 
@@ -172,6 +182,8 @@ class CompileCache:
         self.cpu_precompiled_headers = cpu_precompiled_headers
         self._active: tuple[str, Path] | None = None
         self._vec_isa: VecIsaRecord | None = None
+        #: The vector-ISA check `activate` began, until its answer is taken into `_vec_isa`.
+        self._isa_settle: VecIsaSettle | None = None
         #: What `activate` set, and `save` records: headers precompiled, kernels' keys free
         #: of the switch.
         self._headers = False
@@ -217,19 +229,22 @@ class CompileCache:
         Call before the first `torch.compile` of the process (torch may already be
         imported). Never raises for a bad entry: a corrupt, truncated, stale or foreign
         entry, or one part of it, is ignored with a warning and the reason is returned.
+
+        Where there is no manifest at all (a certain miss), the vector-ISA probe begins
+        on a thread as soon as the modules it needs are imported, so that it runs beside
+        the rest of the compiler's import (and then dynamo's tracing).
         """
         global _ACTIVE
         start = time.perf_counter()
         breakdown: dict[str, float] = {}
-        local = self.local_dir_for(key)
-        unsafe = None if self._local_dir is not None else not_private(local.parent)
-        if unsafe is not None:  # another user could plant kernels there: never use it
-            local = Path(tempfile.mkdtemp(prefix=f"airflow-ett-inductor-{key}-"))
-            unsafe = f"{unsafe}; compiling in the fresh private dir {local} instead"
-            log.warning("compile cache: %s", unsafe)
-        local.mkdir(parents=True, exist_ok=True)
+        self._take_vec_isa()  # an earlier activate's
+        entry = self.entry_dir(key)
+        no_entry = not os.path.lexists(entry / MANIFEST_NAME)
+        local, unsafe = self._private_local_dir(key)
         with _timed(breakdown, "import_compiler"):  # what any compile imports, cold or warm
-            import_compiler_modules()  # or what is left of `start_compiler_import`'s
+            # or what is left of `start_compiler_import`'s; on a certain miss, first what
+            # the vector-ISA probe needs, the rest once it has begun
+            import_compiler_modules(PROBE_MODULES if no_entry else COMPILER_MODULES)
         self._header_free = key_kernels_without_header_switch()
         switch_problems = point_inductor_at(local)
         if unsafe is not None:
@@ -238,8 +253,12 @@ class CompileCache:
         self._precompiled, self._deferred_artifacts, self._forwards = {}, None, {}
         self._jit_only = frozenset()
         _ACTIVE = self
+        if no_entry:
+            self._set_headers(hit=False)
+            self._begin_vec_isa(None, breakdown)
+            with _timed(breakdown, "import_compiler"):
+                import_compiler_modules()
 
-        entry = self.entry_dir(key)
         for attempt in (1, 2):
             try:
                 with _timed(breakdown, "manifest"):
@@ -251,8 +270,7 @@ class CompileCache:
                 else:
                     log.warning("compile cache entry for %s ignored: %s", key, miss)
                 self._set_headers(hit=False)
-                with _timed(breakdown, "vec_isa"):
-                    self._settle_vec_isa(None)
+                self._begin_vec_isa(None, breakdown)
                 return CacheLoad(key, False, False, False, time.perf_counter() - start, miss,
                                  breakdown=breakdown)
             restored = self._restore(entry, manifest, local, breakdown)
@@ -265,8 +283,7 @@ class CompileCache:
         artifacts_loaded, dir_restored = restored.artifacts_loaded, restored.dir_restored
         hit = artifacts_loaded or dir_restored or bool(self._precompiled)
         self._set_headers(hit=hit)
-        with _timed(breakdown, "vec_isa"):
-            self._settle_vec_isa(manifest.vec_isa if hit else None)
+        self._begin_vec_isa(manifest.vec_isa if hit else None, breakdown)
         problems = [*restored.problems, *switch_problems]
         seconds = time.perf_counter() - start
         if problems:
@@ -291,6 +308,18 @@ class CompileCache:
             precompiled=tuple(sorted(self._precompiled)), artifacts_deferred=restored.deferred,
             breakdown=breakdown,
         )
+
+    def _private_local_dir(self, key: str) -> tuple[Path, str | None]:
+        """The local inductor dir for `key`, created; a fresh private one instead, and why,
+        when another user could write the default's parent (and plant kernels there)."""
+        local = self.local_dir_for(key)
+        unsafe = None if self._local_dir is not None else not_private(local.parent)
+        if unsafe is not None:
+            local = Path(tempfile.mkdtemp(prefix=f"airflow-ett-inductor-{key}-"))
+            unsafe = f"{unsafe}; compiling in the fresh private dir {local} instead"
+            log.warning("compile cache: %s", unsafe)
+        local.mkdir(parents=True, exist_ok=True)
+        return local, unsafe
 
     def precompile(self, module: torch.nn.Module, name: str, *, dynamic: bool = False) -> bool:
         """Compile `module`'s forward ahead of time, or load it from the active entry.
@@ -400,6 +429,7 @@ class CompileCache:
             )
         local = self._active[1]
         start = time.perf_counter()
+        self._take_vec_isa()  # what the manifest records
         entry = self.entry_dir(key)
         entry.mkdir(parents=True, exist_ok=True)
 
@@ -463,11 +493,26 @@ class CompileCache:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _settle_vec_isa(self, recorded: VecIsaRecord | None) -> None:
-        """`settle_vec_isa`; what it found is what `save` records."""
-        found = settle_vec_isa(recorded)
-        if found is not None:
-            self._vec_isa = found
+    def _begin_vec_isa(self, recorded: VecIsaRecord | None, breakdown: dict[str, float]
+                       ) -> None:
+        """Settle the vector ISA (`inductor.VecIsaSettle`, its seconds in `breakdown`): a
+        miss (`recorded` None) probes on a thread, whose answer `save` takes; a hit checks
+        the entry's answer here, with no probe. Once an activate: a check begun on a
+        certain miss answers a hit found after all (an entry saved meanwhile) too."""
+        if self._isa_settle is None:
+            self._isa_settle = VecIsaSettle.begin(recorded, on_thread=recorded is None,
+                                                  timings=breakdown)
+        if recorded is not None or not self._isa_settle.on_thread:
+            self._take_vec_isa()
+
+    def _take_vec_isa(self) -> None:
+        """Wait for the vector-ISA check begun, if any; what it found is what `save`
+        records."""
+        settle, self._isa_settle = self._isa_settle, None
+        if settle is not None:
+            found = settle.wait()
+            if found is not None:
+                self._vec_isa = found
 
     def _set_headers(self, *, hit: bool) -> None:
         """Precompiled C++ headers for the compile that follows `activate`: as asked, else
