@@ -14,8 +14,9 @@ ahead of time, or loaded precompiled from the entry (`CompileCache.precompile`);
 `--compile jit` compiles them with `nn.Module.compile` instead (dynamo on every start,
 the warm path of issue 3). `breakdown` in the output says where a compile's seconds
 went: the restore's steps (`CacheLoad.breakdown`), loading the precompiled forwards,
-dynamo's and inductor's phases (`compile_phase_seconds`) and the first step's forward
-and backward.
+dynamo's and inductor's phases and the serializing of what was compiled ahead of time
+(`compile_phase_seconds`), the first step's forward and backward, and with `--save` the
+save.
 
 Models (plain torch, no torchrec, so they compile the same on any host):
 
@@ -321,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             result["entry"] = str(cache.save(key))
             result["save_s"] = time.perf_counter() - t
+            breakdown["save"] = result["save_s"]
     print(MARKER + json.dumps(result), flush=True)
     return 0
 

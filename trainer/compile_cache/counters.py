@@ -1,7 +1,7 @@
 """Compile statistics for the log line, the benchmark and tests: torch's own counters
 (graphs, recompiles, graph breaks, FX graph and AOTAutograd cache hits, phase seconds)
-and ours (`PRECOMPILE_COUNTS`, what `PrecompiledForward` did). Read-only over torch's
-state; imports torch only when asked.
+and ours (`PRECOMPILE_COUNTS`, what `PrecompiledForward` did; `PRECOMPILE_SECONDS`, how
+long it serialized). Read-only over torch's state; imports torch only when asked.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from collections.abc import Mapping
 
 #: Process-wide counts of `PrecompiledForward` outcomes (see `compile_counters`).
 PRECOMPILE_COUNTS = {"loaded": 0, "compiled": 0, "fallbacks": 0}
+#: Process-wide seconds `PrecompiledForward` spent serializing what it compiled ahead of
+#: time (what `CompileCache.save` stores; part of the first call's compile).
+PRECOMPILE_SECONDS = {"serialize": 0.0}
 
 
 def compile_counters() -> dict[str, int]:
@@ -60,7 +63,8 @@ def compile_phase_seconds() -> dict[str, float]:
     """Where dynamo and inductor spent this process's compile time, from torch's own
     `compilation_time_metrics` (cumulative; only the phases the benchmark's breakdown
     names): dynamo's bytecode trace, guard build, the backend call (AOTAutograd plus
-    inductor, cache lookups included) and inductor's load of compiled output."""
+    inductor, cache lookups included) and inductor's load of compiled output; and ours,
+    `serialize` (`PRECOMPILE_SECONDS`)."""
     from torch._dynamo.utils import compilation_time_metrics
 
     phases = {
@@ -69,8 +73,9 @@ def compile_phase_seconds() -> dict[str, float]:
         "aot_autograd_inductor": "OutputGraph.call_user_compiler",
         "inductor_load": "PyCodeCache.load_by_key_path",
     }
-    return {ours: float(sum(compilation_time_metrics.get(theirs, ())))
-            for ours, theirs in phases.items()}
+    return {**{ours: float(sum(compilation_time_metrics.get(theirs, ())))
+               for ours, theirs in phases.items()},
+            "serialize": PRECOMPILE_SECONDS["serialize"]}
 
 
 def format_counters(c: Mapping[str, int]) -> str:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_ett.trainer.compile_cache.counters import PRECOMPILE_COUNTS
+from airflow_ett.trainer.compile_cache.counters import PRECOMPILE_COUNTS, PRECOMPILE_SECONDS
 
 if TYPE_CHECKING:
     import torch
@@ -126,7 +126,9 @@ class PrecompiledForward:
             # torch types what compile returns as the plain function: no `aot_compile`
             wrapped: Any = torch.compile(self._fn, fullgraph=True, dynamic=self._dynamic)
             compiled: AOTCompiledFunction = wrapped.aot_compile(((self._module, *args), kwargs))
+            start = time.perf_counter()
             self.serialized = AOTCompiledFunction.serialize(compiled).serialized_data
+            PRECOMPILE_SECONDS["serialize"] += time.perf_counter() - start
             self.compiled_here = True
         except Exception as exc:
             log.warning("compile cache: forward %s cannot be compiled ahead of time (%s: %s); "
