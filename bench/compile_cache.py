@@ -58,7 +58,10 @@ Targets, each printed with its verdict:
   the cache prewarmed once), one with `compile` on and one with it off, in alternating
   order, a data-pipeline start of `--tts-latency` seconds (default 2: the trainer's
   `data_startup_latency_s`, the wait during which torch's compiler is imported on a
-  thread): the median over the pairs of TTS(on) - TTS(off).
+  thread): the median over the pairs of TTS(on) - TTS(off), and of the same without
+  `trainer_init` (process start to the data pipeline's creation: it ends before
+  anything the compile setting changes, and its run-to-run spread, +-0.3-0.6 s on the
+  2-core VM, would otherwise swamp a 0.2 s target); the verdict is on the second.
 
 usage: python bench/compile_cache.py [--rounds N] [--pch] [--artifacts-only]
        [--model dlrm-dense|mlp] [--device auto|cpu|cuda] [--tts-runs N]
@@ -284,12 +287,14 @@ def print_critical_path(runs: int, latency: float) -> None:
     print(f"# time to start, warm, compile on vs off: dlrm_small, batch 512, data-pipeline "
           f"start {latency:.1f}s, {runs} pair(s)")
     diffs: list[float] = []
+    after_init: list[float] = []
     compiles: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-compile-tts-") as tmp:
         work = Path(tmp)
         prewarmed = False
         for run in range(runs):
             tts: dict[str, float] = {}
+            past_init: dict[str, float] = {}
             for mode in ("on", "off") if run % 2 == 0 else ("off", "on"):
                 root = work / f"{mode}{run}"
                 write_config(root, model="dlrm_small", steps=3, batch_size=512, num_workers=1,
@@ -304,6 +309,7 @@ def print_critical_path(runs: int, latency: float) -> None:
                     raise SystemExit((root / "trainer.log").read_text()[-3000:])
                 raw = {k: v / 1e6 for k, v in ett.phases_raw_us.items()}
                 tts[mode] = ett.tts_us / 1e6
+                past_init[mode] = tts[mode] - raw.get("trainer_init", 0.0)
                 if mode == "on":
                     compiles.append(raw.get("compile", 0.0))
                 print(f"  compile {mode:<3} run {run + 1}: TTS {tts[mode]:6.2f}s   (" + ", ".join(
@@ -311,12 +317,15 @@ def print_critical_path(runs: int, latency: float) -> None:
                         "trainer_init", "data_pipeline_init", "model_creation", "compile",
                         "first_batch")) + ")")
             diffs.append(tts["on"] - tts["off"])
-    added = statistics.median(diffs)
+            after_init.append(past_init["on"] - past_init["off"])
+    added = statistics.median(after_init)
     verdict = "met" if added <= CRITICAL_PATH_TARGET_S else "NOT met"
-    print(f"compile adds {added:.2f}s to the critical path (TTS compile on - off, median of "
-          f"{runs}: {' '.join(f'{d:+.2f}' for d in diffs)}; the compile phase itself "
-          f"{statistics.median(compiles):.2f}s); target <= {CRITICAL_PATH_TARGET_S}s: "
-          f"{verdict}")
+    print(f"TTS compile on - off: median {statistics.median(diffs):+.2f}s of {runs}: "
+          f"{' '.join(f'{d:+.2f}' for d in diffs)} (trainer_init's spread included)")
+    print(f"compile adds {added:.2f}s to the critical path (TTS less trainer_init, compile "
+          f"on - off, median of {runs}: {' '.join(f'{d:+.2f}' for d in after_init)}; the "
+          f"compile phase itself {statistics.median(compiles):.2f}s); target <= "
+          f"{CRITICAL_PATH_TARGET_S}s: {verdict}")
 
 
 BREAKDOWN = {
