@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,7 @@ from airflow_ett.embedded import (
     login_info,
 )
 from airflow_ett.embedded.harness import runs_tasks
+from tests.airflow_db import migrate
 
 # --- configuration, no processes ----------------------------------------------------------
 
@@ -261,8 +263,6 @@ def test_stop_leaves_no_process_behind(airflow: EmbeddedAirflow) -> None:
 
 def _db_contents(path: Path) -> dict[str, object]:
     """Schema and rows of a SQLite DB, without the rows' creation times."""
-    import sqlite3
-
     with sqlite3.connect(path) as db:
         tables = {name: sql for name, sql in db.execute(
             "SELECT name, sql FROM sqlite_master ORDER BY name")}
@@ -280,8 +280,6 @@ def _db_contents(path: Path) -> dict[str, object]:
 def test_the_suites_migrated_template_is_what_migrate_makes(tmp_path: Path) -> None:
     """tests/airflow_db.py copies one migrated DB into each test Airflow: the copy must
     be what `airflow db migrate` makes for it, and settings it would write are honoured."""
-    from tests.airflow_db import migrate
-
     real = EmbeddedAirflow(tmp_path / "real" / "home", tmp_path / "dags")
     real.migrate()
     copied = EmbeddedAirflow(tmp_path / "copied" / "home", tmp_path / "dags")
