@@ -1,4 +1,4 @@
-"""Session-wide test setup, kept minimal. Four things only:
+"""Session-wide test setup, kept minimal. Three things only:
 
 1. Isolation: AIRFLOW_HOME points at a throwaway directory for the whole session (set
    here, before any test module imports Airflow, which reads it once at import), example
@@ -13,12 +13,6 @@
    each taking a whole file at a time (scripts/test.sh), the long real-service files
    start at once and the many quick files fill in beside them, instead of one long file
    starting last and running alone.
-4. CPU: OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE`, unless already set) in
-   this process and every child (trainers, Airflow's processes). By default torch's
-   OpenMP threads spin after each parallel region; the suite keeps both cores busy with
-   many small-model processes at once, and that spinning took CPU from the others: a
-   trainer test used ~9% less CPU with passive waits (4 pairs, 2026-12-04). It changes
-   how idle threads wait, not what any computation gives.
 """
 
 from __future__ import annotations
@@ -42,8 +36,6 @@ os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 for _name in [n for n in os.environ if n.startswith("AIRFLOW__ETT__") or n == "AIRFLOW_CONFIG"]:
     del os.environ[_name]
-# before anything loads libgomp (torch reads it once, at import): see point 4 above
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
