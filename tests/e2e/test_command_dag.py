@@ -147,6 +147,12 @@ def test_every_adapter_recovers_and_yields_at_its_checkpoint(airflow: EmbeddedAi
                       and e.attempt == "1.3")
         after = [e for e in events if isinstance(e, Progress)
                  and e.attempt not in ("1.1", "1.2", "1.3")]
+        if not after:
+            # the request was seen late (the asker polls) and the third attempt left on
+            # its final save: the rescheduled attempt restored step 40 and had nothing to
+            # train. Had it restored an earlier save, it would have reported steps.
+            assert left_at == 40, (dag_id, left_at)
+            continue
         assert min(e.step_start for e in after) in (left_at, left_at + 1), dag_id
         assert max(e.step_end for e in after) == 40, dag_id
     # the trainer that reports nothing: Level 1 from its attempts and its log lines
