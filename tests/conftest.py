@@ -9,10 +9,12 @@
    reachable, a tool missing) and a test module skipped while it is collected (a
    module-level `pytest.importorskip`, `pytest.skip(allow_module_level=True)`) are
    reported as failed: CI runs every tier, and a skip there would hide it.
-3. Order: the test files whose tests are marked `slow` run first. With several pytest workers
-   each taking a whole file at a time (scripts/test.sh), the long real-service files
-   start at once and the many quick files fill in beside them, instead of one long file
-   starting last and running alone.
+3. Order and grouping: the test files whose tests are marked `slow` run first. With several
+   pytest workers each taking a whole file at a time (scripts/test.sh, `--dist loadfile`),
+   the long real-service files start at once and the many quick files fill in beside
+   them, instead of one long file starting last and running alone. The packages in
+   `SHARED_PACKAGES` go to a worker whole, as one file would: their modules share a
+   package-scoped service (tests/e2e/lifecycle/conftest.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +51,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     run collects the same order."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: order kept within
+
+
+#: Test packages whose modules share a package-scoped fixture: one worker runs all of
+#: them, one module after the other (a package fixture is set up once per worker).
+SHARED_PACKAGES = ("tests/e2e/lifecycle/",)
+
+
+def scope_of(nodeid: str) -> str:
+    """What one worker takes at a time: the test's file, or its shared package."""
+    path = nodeid.split("::", 1)[0]
+    return next((package for package in SHARED_PACKAGES if path.startswith(package)), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with each of `SHARED_PACKAGES` one scope. (xdist's own
+    `loadgroup` cannot do it under pytest 9: the group it appends to a node id is lost.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedPackageScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return SharedPackageScheduling(config, log)

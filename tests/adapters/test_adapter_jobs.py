@@ -4,7 +4,7 @@ launcher (`run_attempts`, what `CommandTrainOperator` calls), an exception on at
 and attempt 4 finishing (any example of `EXAMPLES` runs here; the suite runs the bare
 loop, and all four through Airflow). The ETT breakdown of the events they wrote has TTS, a TTR per
 failure, NoF by cause and Level-2 components summing to E2E. The lifecycle DAG around
-them (the operator, Airflow's reschedule) is tests/e2e/test_command_dag.py."""
+them (the operator, Airflow's reschedule) is tests/e2e/lifecycle/test_command_dag.py."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def run_job(module: str, root: Path) -> tuple[list[AttemptOutcome], Any, list[An
     return result.attempts, attribute_job(evs).summary(), evs
 
 
-# The bare loop here, every adapter through Airflow (tests/e2e/test_command_dag.py): the
+# The bare loop here, every adapter through Airflow (tests/e2e/lifecycle/test_command_dag.py): the
 # same faults and request, the suite's time spent once per adapter.
 @pytest.mark.parametrize("name", ["loop"])
 def test_an_adapter_job_recovers_and_leaves_at_its_checkpoint(tmp_path: Path,

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,9 +25,9 @@ from airflow_ett.ett.events import (
     TaskStateChanged,
 )
 from airflow_ett.jobs import job_id_for
+from airflow_ett.operators.job import job_paths
 from airflow_ett.store import EttStore, JobNotFound
-from tests.airflow_db import migrate
-from tests.components import WITHOUT_TRIGGERER
+from tests.e2e.lifecycle.shared import dag_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -55,15 +54,10 @@ long_dag = training_job(
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflow]:
-    root = tmp_path_factory.mktemp("recovery")
-    (root / "dags").mkdir()
-    (root / "dags" / "ett_recovery_dags.py").write_text(textwrap.dedent(DAGS))
-    with EmbeddedAirflow(root / "home", root / "dags") as af:
-        migrate(af)
-        af.start(WITHOUT_TRIGGERER)
-        af.wait_until_ready(180.0)
-        yield af
+def airflow(shared_airflow: EmbeddedAirflow) -> EmbeddedAirflow:
+    dags = dag_folder(shared_airflow, "recovery")
+    (dags / "ett_recovery_dags.py").write_text(textwrap.dedent(DAGS))
+    return shared_airflow
 
 
 def events(af: EmbeddedAirflow, dag_id: str, run_id: str) -> list[Any]:
@@ -128,5 +122,6 @@ def test_marking_the_running_train_task_failed_checkpoints_and_is_recorded(
     assert [(e.attempt, e.cause, e.exit_code) for e in ended] == [("1.1", "preemption", 75)]
     assert {e.attempt for e in got if isinstance(e, AttemptStarted)} == {"1.1"}  # no restart
     assert [e.status for e in got if isinstance(e, JobEnded)][-1] == "failed"
-    checkpoints = list((airflow.home / "ett_work" / "jobs").rglob("step-*"))
+    job_dir = job_paths(airflow.home / "ett_work", "ett_long", run_id).job_dir
+    checkpoints = list(job_dir.rglob("step-*"))
     assert checkpoints, "on_kill did not make the trainer checkpoint"

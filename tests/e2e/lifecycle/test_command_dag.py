@@ -13,7 +13,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,8 +23,7 @@ from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import job_paths
 from airflow_ett.protocol.request import PreemptRequest, write_request
 from airflow_ett.store import EttStore
-from tests.airflow_db import migrate
-from tests.components import WITHOUT_TRIGGERER
+from tests.e2e.lifecycle.shared import dag_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -66,20 +64,13 @@ for step in range(1, 31):
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflow]:
-    root = tmp_path_factory.mktemp("commands")
-    dags = root / "dags"
-    dags.mkdir()
+def airflow(shared_airflow: EmbeddedAirflow) -> EmbeddedAirflow:
+    dags = dag_folder(shared_airflow, "commands")
     (dags / "command_dags.py").write_text(textwrap.dedent(DAGS.format(
         adapters=ADAPTERS, python=sys.executable)))
     (dags / "plain_trainer.py").write_text(textwrap.dedent(PLAIN_TRAINER))
     (dags / ".airflowignore").write_text("plain_trainer.py\n")
-    with EmbeddedAirflow(root / "home", dags, parallelism=3,
-                         extra_env={"TMPDIR": str(root)}) as af:
-        migrate(af)
-        af.start(WITHOUT_TRIGGERER)
-        af.wait_until_ready(180.0)
-        yield af
+    return shared_airflow
 
 
 def _events(af: EmbeddedAirflow, job: str) -> list[Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,7 @@ from airflow_ett.examples import two_tower
 from airflow_ett.examples.make_data import make
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
-from tests.airflow_db import migrate
-from tests.components import WITHOUT_TRIGGERER
+from tests.e2e.lifecycle.shared import dag_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -70,24 +68,18 @@ dag = training_job("broken_owner", model="ranking.towers:biuld", steps=5,
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflow]:
-    root = tmp_path_factory.mktemp("owner")
-    dags = root / "dags"
+def airflow(shared_airflow: EmbeddedAirflow) -> EmbeddedAirflow:
+    dags = dag_folder(shared_airflow, "owner")
     package = dags / "ranking"
-    package.mkdir(parents=True)
+    package.mkdir()
     (package / "__init__.py").write_text("")
     shutil.copy(two_tower.__file__, package / "towers.py")
     make(dags / "data", rows=2000, files=2, seed=5, npy=False)
+    (dags / ".airflowignore").write_text("ranking/\ndata/\n")  # the model is not a DAG
     (dags / "ranking_dag.py").write_text(textwrap.dedent(OWNER_DAG))
     (dags / "broken_dag.py").write_text(textwrap.dedent(BROKEN_DAG))
     (dags / "downstream_dag.py").write_text(textwrap.dedent(DOWNSTREAM_DAG))
-    (dags / ".airflowignore").write_text("ranking/\ndata/\n")  # the model is not a DAG
-    home = root / "airflow_home"
-    with EmbeddedAirflow(home, dags, extra_env={"TMPDIR": str(root)}) as af:
-        migrate(af)
-        af.start(WITHOUT_TRIGGERER)
-        af.wait_until_ready(180.0)
-        yield af
+    return shared_airflow
 
 
 def test_an_owner_model_trains_resumes_and_publishes(airflow: EmbeddedAirflow) -> None:

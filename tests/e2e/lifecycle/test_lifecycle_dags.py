@@ -12,7 +12,7 @@ machine and prove nothing on a quiet one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,24 +24,17 @@ from airflow_ett.embedded import EmbeddedAirflow, RunResult
 from airflow_ett.ett.events import JobEnded, JobSubmitted, ModelPublished, TaskStateChanged
 from airflow_ett.jobs import job_id_for
 from airflow_ett.store import EttStore
-from tests.airflow_db import migrate
-from tests.components import WITHOUT_TRIGGERER
+from tests.e2e.lifecycle.shared import dag_folder
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+DEMO_DAG = Path(__file__).resolve().parents[3] / "dags" / "ett_dlrm_demo.py"
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedAirflow]:
-    home = tmp_path_factory.mktemp("e2e") / "airflow_home"
-    host_tmp = home.parent / "tmp"  # this Airflow's own TMPDIR: no warm inductor dir
-    host_tmp.mkdir()
-    with EmbeddedAirflow(home, DAGS, extra_env={"TMPDIR": str(host_tmp)}) as af:
-        migrate(af)
-        af.start(WITHOUT_TRIGGERER)
-        af.wait_until_ready(180.0)
-        yield af
+def airflow(shared_airflow: EmbeddedAirflow) -> EmbeddedAirflow:
+    shutil.copy(DEMO_DAG, dag_folder(shared_airflow, "demo"))
+    return shared_airflow
 
 
 def run(af: EmbeddedAirflow, dag_id: str) -> RunResult:
