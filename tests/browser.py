@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,22 @@ def chromium() -> str:
         pytest.skip("no Chromium: the browser tests need Debian's chromium package "
                     "(apt-get install -y chromium; scripts/test.sh installs it as root)")
     return found
+
+
+@contextmanager
+def launched_chromium() -> Iterator[Any]:
+    """One Playwright-driven chromium: a module's tests share it (`scope="module"`), each
+    in a context of its own, since a launch is ~5 CPU-s of the browser's and the driver's."""
+    executable = chromium()
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 # -- charts: their boxes, and what a resize must leave as it was ---------------------------

@@ -33,7 +33,7 @@ import pytest
 from airflow_ett.plugin.web import data
 from airflow_ett.report import html as report
 from airflow_ett.store import EttStore
-from tests.browser import FLAGS, artifacts_dir, check_resizes, chromium, wait_drawn
+from tests.browser import artifacts_dir, check_resizes, launched_chromium, wait_drawn
 from tests.plugin.web import fleet as F
 from tests.plugin.web.site import Site, ett_site, quote
 
@@ -48,6 +48,12 @@ WAIT_MS = 60_000
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with ett_site(tmp_path_factory.mktemp("ett-pages-browser")) as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with launched_chromium() as launched:
+        yield launched
 
 
 class Watch:
@@ -150,19 +156,10 @@ def _theme(frame: Any) -> str:
     return str(frame.evaluate("() => document.documentElement.getAttribute('data-theme')"))
 
 
-def test_the_ett_pages_in_the_airflow_ui(site: Site) -> None:
-    executable = chromium()
-    sync_api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+def test_the_ett_pages_in_the_airflow_ui(site: Site, browser: Any) -> None:
     out = artifacts_dir("pages")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        try:
-            for scheme in ("light", "dark"):
-                _one_scheme(browser, site, scheme, out)
-        finally:
-            browser.close()
+    for scheme in ("light", "dark"):
+        _one_scheme(browser, site, scheme, out)
     for name in ("ui-fleet", "ui-run", "ett-fleet", "ett-run"):
         for scheme in ("light", "dark"):
             assert (out / f"{name}-{scheme}.png").stat().st_size > 30_000, name
@@ -216,39 +213,32 @@ def _one_scheme(browser: Any, site: Site, scheme: str, out: Path) -> None:
     watch.check()
 
 
-def test_signing_in_from_the_not_signed_in_page_comes_back(site: Site) -> None:
+def test_signing_in_from_the_not_signed_in_page_comes_back(site: Site, browser: Any) -> None:
     """A person given a link to a run's page, not signed in: the page says so, in the
     pages' style; its sign-in is Airflow's login, and after it they are on that page."""
-    executable = chromium()
-    sync_api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="Playwright is not installed (a dev dependency: pip install playwright)")
     out = artifacts_dir("pages")
     path = f"/ett/runs/{F.DAG_A}/{quote(site.run_id)}"
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 800},
-                                      service_workers="block")
-        page = context.new_page()
-        watch = Watch(context, page)
-        try:
-            response = page.goto(site.url + path)
-            assert response is not None and response.status == 401
-            assert page.locator("h1").inner_text() == "Not signed in"
-            assert page.evaluate("() => getComputedStyle(document.querySelector('.error'))"
-                                 ".borderTopStyle") == "solid"  # the pages' style
-            page.screenshot(path=str(out / "not-signed-in.png"))
-            page.locator("#sign-in").click()
-            page.wait_for_selector("input[name=username]", timeout=WAIT_MS)
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", site.password("admin"))
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_selector("#run-ett", timeout=WAIT_MS)  # back on the run's page
-            assert page.url == site.url + path
-            wait_drawn(page, WAIT_MS)
-        finally:
-            context.close()
-            browser.close()
+    context = browser.new_context(viewport={"width": 1280, "height": 800},
+                                  service_workers="block")
+    page = context.new_page()
+    watch = Watch(context, page)
+    try:
+        response = page.goto(site.url + path)
+        assert response is not None and response.status == 401
+        assert page.locator("h1").inner_text() == "Not signed in"
+        assert page.evaluate("() => getComputedStyle(document.querySelector('.error'))"
+                             ".borderTopStyle") == "solid"  # the pages' style
+        page.screenshot(path=str(out / "not-signed-in.png"))
+        page.locator("#sign-in").click()
+        page.wait_for_selector("input[name=username]", timeout=WAIT_MS)
+        page.fill("input[name=username]", "admin")
+        page.fill("input[name=password]", site.password("admin"))
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_selector("#run-ett", timeout=WAIT_MS)  # back on the run's page
+        assert page.url == site.url + path
+        wait_drawn(page, WAIT_MS)
+    finally:
+        context.close()
     # the browser logs the page's own 401; the page loads nothing else that would fail
     # (everything under /ett needs a login)
     watch.errors = [e for e in watch.errors if not e.startswith(
@@ -257,44 +247,37 @@ def test_signing_in_from_the_not_signed_in_page_comes_back(site: Site) -> None:
     watch.check()
 
 
-def test_a_running_runs_tab_shows_its_end_without_a_reload(site: Site) -> None:
+def test_a_running_runs_tab_shows_its_end_without_a_reload(site: Site, browser: Any) -> None:
     """The still-running job's "ETT breakdown" tab, open in the UI: the store gets the rest
     of the job's events (it ends), and the tab shows it, the UI not reloaded."""
     import dataclasses
 
     from airflow_ett.ett.synthetic import simulate
 
-    executable = chromium()
-    sync_api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="Playwright is not installed (a dev dependency: pip install playwright)")
     out = artifacts_dir("pages")
     running = next(s for s in F.specs(site.fleet.lo1, site.fleet.now, site.run_id)
                    if s.run_id == site.run_id)
     assert running.running_until_step is not None
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        context = browser.new_context(viewport={"width": 1440, "height": 1000},
-                                      service_workers="block")
-        page = context.new_page()
-        watch = Watch(context, page)
-        try:
-            _login(page, site, "admin")
-            page.goto(f"{site.url}/dags/{F.DAG_A}/runs/{quote(site.run_id)}")
-            page.get_by_role("link", name="ETT breakdown").click()
-            page.wait_for_url("**/plugin/ett_breakdown**", timeout=WAIT_MS)
-            frame = _ett_frame(page, "run-ett")
-            assert frame.locator("#provisional").count() == 1
-            page.evaluate("() => { window.__notReloaded = true; }")
-            with EttStore(site.store_url) as store:
-                store.insert_events(simulate(dataclasses.replace(running,
-                                                                 running_until_step=None)))
-            frame.wait_for_selector("#provisional", state="detached", timeout=WAIT_MS)
-            assert page.evaluate("() => window.__notReloaded === true")
-            assert frame.locator("header[data-refresh-s]").count() == 0
-            wait_drawn(frame, WAIT_MS)
-            page.screenshot(path=str(out / "ui-run-ended.png"))
-        finally:
-            context.close()
-            browser.close()
+    context = browser.new_context(viewport={"width": 1440, "height": 1000},
+                                  service_workers="block")
+    page = context.new_page()
+    watch = Watch(context, page)
+    try:
+        _login(page, site, "admin")
+        page.goto(f"{site.url}/dags/{F.DAG_A}/runs/{quote(site.run_id)}")
+        page.get_by_role("link", name="ETT breakdown").click()
+        page.wait_for_url("**/plugin/ett_breakdown**", timeout=WAIT_MS)
+        frame = _ett_frame(page, "run-ett")
+        assert frame.locator("#provisional").count() == 1
+        page.evaluate("() => { window.__notReloaded = true; }")
+        with EttStore(site.store_url) as store:
+            store.insert_events(simulate(dataclasses.replace(running,
+                                                             running_until_step=None)))
+        frame.wait_for_selector("#provisional", state="detached", timeout=WAIT_MS)
+        assert page.evaluate("() => window.__notReloaded === true")
+        assert frame.locator("header[data-refresh-s]").count() == 0
+        wait_drawn(frame, WAIT_MS)
+        page.screenshot(path=str(out / "ui-run-ended.png"))
+    finally:
+        context.close()
     watch.check()

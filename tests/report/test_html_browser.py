@@ -15,6 +15,7 @@ in `$ETT_TEST_ARTIFACTS/report/` (default `tests/artifacts/report/`): look at th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 from airflow_ett.ett.synthetic import JobSpec, simulate
 from airflow_ett.report import html as report
 from airflow_ett.rollup import day_window
-from tests.browser import FLAGS, artifacts_dir, check_resizes, chromium, wait_drawn
+from tests.browser import artifacts_dir, check_resizes, launched_chromium, wait_drawn
 from tests.report import EVIL, FLEET_DAYS, rollup, small_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,37 +48,34 @@ _CHARTS_JS = """() => Array.from(document.querySelectorAll('[data-figure]')).map
 }))"""
 
 
-def test_the_report_renders_offline_in_chromium() -> None:
-    executable = chromium()
-    sync_api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="Playwright is not installed (a dev dependency: pip install playwright)")
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with launched_chromium() as launched:
+        yield launched
+
+
+def test_the_report_renders_offline_in_chromium(browser: Any) -> None:
     days, timelines = small_fleet(timelines=3)
     assert EVIL in {t.tenant for t in timelines}, "the fleet must show the injection"
     out = artifacts_dir("report")
     index = report.write_html_report(out / "site", days, timelines, title="ETT fleet report")
     specs = report.figures(days, timelines)
 
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        try:
-            for scheme in ("light", "dark"):
-                charts = _open(browser, index, scheme, out / f"fleet-report-{scheme}.png")
-                assert [c["key"] for c in charts] == list(specs)
-                for chart in charts:
-                    spec = specs[chart["key"]]
-                    assert chart["plotted"] and not chart["error"], chart
-                    assert chart["types"] == [t["type"] for t in spec["data"]], chart["key"]
-                    assert chart["dropped"] == 0, chart
-                    assert chart["svgs"] >= 1 and chart["points"] > 0, chart
-                    assert chart["fontColour"] == report.THEMES[scheme]["layout"]["font"][
-                        "color"], (scheme, chart["key"])
-                # plotly shows each title as the literal text: the escaped tenant too
-                shown = {c["key"]: c["title"] for c in charts}
-                for i, timeline in enumerate(timelines):
-                    assert shown[f"timeline-{i}"] == report.timeline_title(timeline)
-        finally:
-            browser.close()
+    for scheme in ("light", "dark"):
+        charts = _open(browser, index, scheme, out / f"fleet-report-{scheme}.png")
+        assert [c["key"] for c in charts] == list(specs)
+        for chart in charts:
+            spec = specs[chart["key"]]
+            assert chart["plotted"] and not chart["error"], chart
+            assert chart["types"] == [t["type"] for t in spec["data"]], chart["key"]
+            assert chart["dropped"] == 0, chart
+            assert chart["svgs"] >= 1 and chart["points"] > 0, chart
+            assert chart["fontColour"] == report.THEMES[scheme]["layout"]["font"][
+                "color"], (scheme, chart["key"])
+        # plotly shows each title as the literal text: the escaped tenant too
+        shown = {c["key"]: c["title"] for c in charts}
+        for i, timeline in enumerate(timelines):
+            assert shown[f"timeline-{i}"] == report.timeline_title(timeline)
 
 
 def _open(browser: Any, index: Path, scheme: str, screenshot: Path) -> list[dict[str, Any]]:
@@ -153,36 +151,30 @@ def _tenants_fleet(n: int) -> list[report.DayRollup]:
 
 
 @pytest.mark.parametrize("tenants", [8, 12, 20])
-def test_many_tenants_leave_the_trend_its_plot(tenants: int) -> None:
+def test_many_tenants_leave_the_trend_its_plot(tenants: int, browser: Any) -> None:
     """The trend chart's legend (the fleet, the SLO and the largest tenants) wraps into
     rows; the chart grows by them, so its plot keeps the height its spec gives it, at a
     wide window and at a narrow one."""
-    executable = chromium()
-    sync_api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="Playwright is not installed (a dev dependency: pip install playwright)")
     days = _tenants_fleet(tenants)
     assert len(days[-1].tenants) == tenants
     out = artifacts_dir("report")
     index = report.write_html_report(out / f"tenants-{tenants}", days, title="tenants")
     spec = report.trend_figure(days)["layout"]
     wanted = spec["height"] - spec["margin"]["t"] - spec["margin"]["b"]
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(index.as_uri(), wait_until="load")
-            for width in (1280, 620):
-                page.set_viewport_size({"width": width, "height": 900})
-                trend = next(c for c in wait_drawn(page) if c["key"] == "ett_trend")
-                assert trend["plotHeight"] >= wanted - 1, (tenants, width, trend)
-                assert trend["plotWidth"] > 0.6 * trend["right"] - 0.6 * trend["left"]
-                legend = page.evaluate(
-                    "() => { const l = document.querySelector('#chart-ett_trend .legend')"
-                    ".getBoundingClientRect(); return {top: l.top + scrollY, "
-                    "bottom: l.bottom + scrollY}; }")
-                assert legend["bottom"] <= trend["bottom"] + 0.5, (tenants, width)
-                page.screenshot(path=str(out / f"tenants-{tenants}-{width}.png"),
-                                full_page=True)
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(index.as_uri(), wait_until="load")
+        for width in (1280, 620):
+            page.set_viewport_size({"width": width, "height": 900})
+            trend = next(c for c in wait_drawn(page) if c["key"] == "ett_trend")
+            assert trend["plotHeight"] >= wanted - 1, (tenants, width, trend)
+            assert trend["plotWidth"] > 0.6 * trend["right"] - 0.6 * trend["left"]
+            legend = page.evaluate(
+                "() => { const l = document.querySelector('#chart-ett_trend .legend')"
+                ".getBoundingClientRect(); return {top: l.top + scrollY, "
+                "bottom: l.bottom + scrollY}; }")
+            assert legend["bottom"] <= trend["bottom"] + 0.5, (tenants, width)
+            page.screenshot(path=str(out / f"tenants-{tenants}-{width}.png"),
+                            full_page=True)
+    finally:
+        page.close()

@@ -37,7 +37,7 @@ from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
 from airflow_ett.jobs import job_id_for
 from airflow_ett.rollup import day_of, day_window, load_components
 from airflow_ett.store import EttStore, upgrade
-from tests.browser import FLAGS, artifacts_dir, check_resizes, chromium, wait_drawn
+from tests.browser import artifacts_dir, check_resizes, launched_chromium, wait_drawn
 from tests.plugin.web import fleet as F
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -126,16 +126,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    executable = chromium()
-    sync_api = pytest.importorskip(
-        "playwright.sync_api",
-        reason="Playwright is not installed (a dev dependency: pip install playwright)")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=FLAGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_chromium() as launched:
+        yield launched
 
 
 @contextlib.contextmanager
