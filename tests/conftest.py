@@ -1,4 +1,4 @@
-"""Session-wide test setup, kept minimal. Three things only:
+"""Session-wide test setup, kept minimal. Four things only:
 
 1. Isolation: AIRFLOW_HOME points at a throwaway directory for the whole session (set
    here, before any test module imports Airflow, which reads it once at import), example
@@ -9,7 +9,11 @@
    reachable, a tool missing) and a test module skipped while it is collected (a
    module-level `pytest.importorskip`, `pytest.skip(allow_module_level=True)`) are
    reported as failed: CI runs every tier, and a skip there would hide it.
-3. Order and grouping: the test files whose tests are marked `slow` run first. With several
+3. One torch thread per process (`OMP_NUM_THREADS=1`, inherited by every child: trainers,
+   Airflow's tasks): the suite runs three workers on two cores, each often beside a
+   trainer or two, and torch's default of a thread per core had every process's
+   parallel regions fight the others' for the cores (and spin while they waited).
+4. Order and grouping: the test files whose tests are marked `slow` run first. With several
    pytest workers each taking a whole file at a time (scripts/test.sh, `--dist loadfile`),
    the long real-service files start at once and the many quick files fill in beside
    them, instead of one long file starting last and running alone. The packages in
@@ -37,6 +41,7 @@ from tests.strict_skips import (  # noqa: F401 (hooks, found by name)
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="ett-tests-airflow-home-"))
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 for _name in [n for n in os.environ if n.startswith("AIRFLOW__ETT__") or n == "AIRFLOW_CONFIG"]:
     del os.environ[_name]
 
