@@ -103,7 +103,8 @@ ensure_docker_compose
 # started once by its fixtures, stay in one worker). The real-service tiers wait on
 # processes (sleeping steps, heartbeats, polls) more than they compute: on 2 cores one
 # worker kept them about half busy (39 min, 2026-12-02), two 21 min, three 16.5 min with
-# the cores 96% busy (2026-12-04). ETT_TEST_WORKERS=0 runs everything in this process.
+# the cores 96% busy (2026-12-04), and 10.8 min once each test process kept to one torch
+# thread (tests/conftest.py). ETT_TEST_WORKERS=0 runs everything in this process.
 # --no-loadscope-reorder keeps the collection order (tests/conftest.py: files with slow
 # tests first); xdist's default would start the files with the most tests first, which
 # left the long real-service files, a few tests each, to run last and alone.
