@@ -6,7 +6,10 @@ local midnight to midnight; the run starts when the day is over). It recomputes 
 and the `rollup_recompute_days - 1` days before it, so that events arriving late (a spool
 replayed after an outage, a worker that reported hours later) correct the days they
 belong to, then rewrites each of those days' report files under `<report_dir>/<date>/`.
-Rerunning a run replaces its days whole: idempotent. Catchup is on but bounded: the DAG
+Rerunning a run replaces its days whole: idempotent. Then the run's day is judged
+against the components file's SLOs and its baseline days, and its alerts go to the
+notifiers the file names (`operators/notify.py`, decision 0029), each one once: the
+store records what went. Catchup is on but bounded: the DAG
 starts `rollup_catchup_days` before today, so a scheduler that was down a week catches up
 on at most that many days; older ones are a `airflow backfill create` or an
 `airflow-ett rollup --from --to` away. The DAG carries no `ett` tag, so the listeners do
@@ -16,6 +19,7 @@ not record it as a training job, and its task runs on the `cpu` queue.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,8 +27,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from airflow.sdk import DAG, Context
 
+    from airflow_ett.rollup.alerts import Alert
+    from airflow_ett.rollup.components import ComponentsConfig
+    from airflow_ett.store import EttStore
+
+log = logging.getLogger(__name__)
+
 ROLLUP_DAG_ID = "ett_fleet_rollup"
 CPU_QUEUE = "cpu"
+#: The fleet page under Airflow's base URL (the plugin mounts its app at `/ett`:
+#: `plugin/web/views.URL_PREFIX`, which operators/ may not import).
+FLEET_PAGE_PATH = "/ett/"
 
 
 def nightly_rollup(day: dt.date, *, store_url: str | None = None,
@@ -56,7 +69,39 @@ def nightly_rollup(day: dt.date, *, store_url: str | None = None,
             out = Path(settings.report_dir) / rollup.day
             write_day_report(out, stored, before, store.job_events)
             written.append(str(out))
+        alert_day(day, components, store)
     return written
+
+
+def fleet_page_url() -> str:
+    """The fleet page under Airflow's `[api] base_url` (a path alone when that is not an
+    absolute URL: set it, or `[alerts] fleet_url`, for links that work in a mail)."""
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback=None) or ""
+    return f"{base.rstrip('/')}{FLEET_PAGE_PATH}"
+
+
+def alert_day(day: dt.date, components: ComponentsConfig, store: EttStore) -> list[Alert]:
+    """Judge the stored `day` against its SLOs and its baseline (the file's
+    `baseline_days` stored days before it) and send its alerts to their notifiers (each
+    alert and notifier once); returns the day's alerts. Raises `NotifierError` for a
+    notifier the file describes wrongly, `AlertsNotSent` when some could not be sent."""
+    from airflow_ett.operators.notify import load_notifiers, send_alerts
+    from airflow_ett.rollup.alerts import day_alerts
+
+    notifiers = load_notifiers(components)  # a wrong one is said every night, alerts or not
+    today = store.daily.day(day.isoformat())
+    if today is None:
+        raise LookupError(f"no rollup stored for {day}")
+    days = components.alerts.baseline_days
+    baseline = store.daily.days((day - dt.timedelta(days=days)).isoformat(),
+                                (day - dt.timedelta(days=1)).isoformat())
+    alerts = day_alerts(today, baseline, components, fleet_url=fleet_page_url())
+    for alert in alerts:
+        log.info("ETT alert %s: %s", alert.key, alert.subject)
+    send_alerts(alerts, notifiers, store)
+    return alerts
 
 
 def day_of_run(context: Context, tz: str) -> dt.date:

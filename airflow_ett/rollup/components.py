@@ -12,17 +12,24 @@ store backends keep the same team names and every report shows them as they are.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from airflow_ett._untrusted import UntrustedFileError, load_toml
 from airflow_ett.ett.phases import COMPONENTS
+from airflow_ett.rollup.alert_config import (
+    AlertConfigError,
+    AlertsConfig,
+    notify_list,
+    parse_alerts,
+)
 
 UNOWNED: Final = "unowned"
 SloStatus = Literal["ok", "breach", "none"]
-_FIELDS: Final = frozenset({"owner", "max_share_pct", "min_share_pct"})
+_FIELDS: Final = frozenset({"owner", "max_share_pct", "min_share_pct", "notify"})
+_TOP_LEVEL: Final = ("components", "alerts", "notifiers")
 #: Six components of a few lines each: a components file is under a KB; a rollup reads at
 #: most this much of whatever stands at the configured path.
 MAX_FILE_BYTES: Final = 1 << 20
@@ -38,6 +45,7 @@ class ComponentPolicy:
     owner: str
     max_share_pct: float | None = None
     min_share_pct: float | None = None
+    notify: tuple[str, ...] = ()  # notifiers for this component's alerts, besides [alerts]
 
     @property
     def target(self) -> str:
@@ -59,10 +67,12 @@ class ComponentPolicy:
 
 @dataclass(frozen=True, slots=True)
 class ComponentsConfig:
-    """One policy per component, in report order; `source` is the file it came from."""
+    """One policy per component, in report order; `source` is the file it came from;
+    `alerts` its alerting tables (`alert_config.py`)."""
 
     policies: dict[str, ComponentPolicy]
     source: str
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def owner(self, component: str) -> str:
         return self.policies[component].owner
@@ -90,10 +100,11 @@ def load_components(path: str | Path | None = None) -> ComponentsConfig:
 
 
 def parse_components(raw: dict[str, Any], *, source: str) -> ComponentsConfig:
-    extra = sorted(set(raw) - {"components"})
+    extra = sorted(set(raw) - set(_TOP_LEVEL))
     if extra:
         raise ComponentsError(f"components file {source}: unknown top-level key {extra[0]!r} "
-                              "(only [components.<name>] tables)")
+                              "(only [components.<name>], [alerts] and [notifiers.<name>] "
+                              "tables)")
     table = raw.get("components", {})
     if not isinstance(table, dict):
         raise ComponentsError(f"components file {source}: 'components' must be a table, got "
@@ -103,7 +114,12 @@ def parse_components(raw: dict[str, Any], *, source: str) -> ComponentsConfig:
             raise ComponentsError(f"components file {source}: component {name!r}: unknown "
                                   f"component (known: {', '.join(COMPONENTS)})")
     policies = {c: _policy(c, table.get(c, {}), source) for c in COMPONENTS}
-    return ComponentsConfig(policies=policies, source=source)
+    try:
+        alerts = parse_alerts(raw, source=source, component_notify={
+            c: p.notify for c, p in policies.items() if p.notify})
+    except AlertConfigError as exc:
+        raise ComponentsError(str(exc)) from None
+    return ComponentsConfig(policies=policies, source=source, alerts=alerts)
 
 
 def _policy(component: str, entry: object, source: str) -> ComponentPolicy:
@@ -126,7 +142,11 @@ def _policy(component: str, entry: object, source: str) -> ComponentPolicy:
               for key in ("max_share_pct", "min_share_pct") if key in entry}
     if len(bounds) == 2:
         raise ComponentsError(f"{where}: give max_share_pct or min_share_pct, not both")
-    return ComponentPolicy(component=component, owner=owner.strip(), **bounds)
+    try:
+        notify = notify_list(where, entry["notify"]) if "notify" in entry else ()
+    except AlertConfigError as exc:
+        raise ComponentsError(str(exc)) from None
+    return ComponentPolicy(component=component, owner=owner.strip(), notify=notify, **bounds)
 
 
 #: An SLO's share in percent: `max_share_pct` in (0, 100] (a share is never below 0%, so

@@ -147,4 +147,15 @@ daily_jobs = sa.Table(
     sa.Index("ix_ett_daily_jobs_day_dag_id", "day", "dag_id"),
 )
 
-TABLES: Final = (events, jobs, summaries, daily_days, daily_groups, daily_jobs)
+# What the nightly rollup's alerts reached (migration 0004): one row per alert
+# (`<day>/<component>`) and notifier, so that a retry or a rerun sends only the rest.
+alerts_sent = sa.Table(
+    "ett_alerts_sent",
+    metadata,
+    sa.Column("alert", sa.String(), primary_key=True),
+    sa.Column("notifier", sa.String(), primary_key=True),
+    sa.Column("sent_at", sa.Double(), nullable=False),
+    sa.Column("subject", sa.Text(), nullable=False),
+)
+
+TABLES: Final = (events, jobs, summaries, daily_days, daily_groups, daily_jobs, alerts_sent)

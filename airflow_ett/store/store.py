@@ -57,6 +57,7 @@ from airflow_ett.store.errors import (
 from airflow_ett.store.schema import RUNNING, events, jobs, summaries
 
 if TYPE_CHECKING:
+    from airflow_ett.store.alerts_sent import SentAlerts
     from airflow_ett.store.daily import DailyRollups
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,13 @@ class EttStore:
         from airflow_ett.store.daily import DailyRollups
 
         return DailyRollups(self)
+
+    @property
+    def alerts(self) -> SentAlerts:
+        """What the nightly rollup's alerts reached (`store/alerts_sent.py`)."""
+        from airflow_ett.store.alerts_sent import SentAlerts
+
+        return SentAlerts(self)
 
     def close(self) -> None:
         self._engine.dispose()

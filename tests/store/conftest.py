@@ -85,7 +85,7 @@ def _truncate(url: str) -> None:
     try:
         with store.engine.begin() as conn:
             conn.exec_driver_sql("TRUNCATE ett_events, ett_jobs, ett_summaries, ett_daily_days, "
-                                  "ett_daily_groups, ett_daily_jobs")
+                                  "ett_daily_groups, ett_daily_jobs, ett_alerts_sent")
     finally:
         store.close()
 

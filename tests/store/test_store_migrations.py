@@ -39,7 +39,8 @@ def test_upgrade_creates_schema_and_is_idempotent(
     upgrade(fresh_url)
     assert current(fresh_url) == head()
     assert _tables(fresh_url) == {"ett_events", "ett_jobs", "ett_summaries", "ett_daily_days",
-                                  "ett_daily_groups", "ett_daily_jobs", VERSION_TABLE}
+                                  "ett_daily_groups", "ett_daily_jobs", "ett_alerts_sent",
+                                  VERSION_TABLE}
     upgrade(fresh_url)
     assert current(fresh_url) == head()
     with EttStore(fresh_url) as store:
@@ -52,7 +53,7 @@ def test_upgrading_a_0001_store_keeps_its_events(fresh_url: str) -> None:
         store.insert_events(job_events("j"))
     assert "ett_daily_days" not in _tables(fresh_url)
     upgrade(fresh_url)
-    assert current(fresh_url) == head() == "0003"
+    assert current(fresh_url) == head() == "0004"
     with EttStore(fresh_url) as store:
         assert store.count_events("j") == len(job_events("j"))
         assert store.daily.days() == []
