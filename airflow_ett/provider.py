@@ -25,6 +25,8 @@ CONFIG_DEFAULTS: Final[dict[str, str]] = {
     "whatif_start_s": "60",
     "rollup_silent_after_s": "86400",
     "tenants_file": "",
+    "rolling_windows": "5,15,60",
+    "rolling_metrics_interval_s": "60",
 }
 
 _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
@@ -101,6 +103,19 @@ _DESCRIPTIONS: Final[dict[str, tuple[str, str]]] = {
         "plugin's cluster policies and priority strategy apply; empty turns them off. A "
         "broken file keeps the last good version in force.",
         "string",
+    ),
+    "rolling_windows": (
+        "The rolling windows of a running job, in whole minutes separated by commas: its "
+        "ETT% and components over each of its last so many minutes, on the run page, in "
+        "its JSON API and as gauges. Empty for none; at most 8 windows of 1 to 10080 "
+        "minutes (a week).",
+        "string",
+    ),
+    "rolling_metrics_interval_s": (
+        "How often, in seconds, the train task's process sends its job's rolling-window "
+        "gauges (docs/metrics.md) while it runs: each time it reads the job's events from "
+        "the store and attributes them. 0 sends none; else 10 to 3600.",
+        "float",
     ),
 }
 

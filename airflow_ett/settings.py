@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,17 +36,43 @@ def _expand(value: str) -> str:
     return value.replace("{AIRFLOW_HOME}", str(airflow_home()))
 
 
+#: A config file changed less than this long ago is parsed again at every read: a second
+#: change within its timestamp's granularity (a few ms) could leave its size and times
+#: as they were.
+SETTLED_S = 2.0
+_parsed: tuple[tuple[str, int, int, int, int], configparser.ConfigParser] | None = None
+
+
+def _config_parser(path: Path) -> configparser.ConfigParser:
+    """`path` parsed; the last parse again while the file is the same one, unchanged and
+    settled (same inode, size and times). Airflow's generated airflow.cfg is ~4,000 lines,
+    and each key of a section read means one parse otherwise (29 ms for the rollup's
+    settings, which the run API reads per request: bench/RESULTS.md, issue 26)."""
+    global _parsed
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _parsed
+    settled = time.time() - max(st.st_mtime, st.st_ctime) > SETTLED_S
+    if settled and cached is not None and cached[0] == key:
+        return cached[1]
+    # Airflow reads airflow.cfg with ConfigParser's default interpolation ('%%' is a
+    # literal '%'), so a URL-encoded password written for Airflow must read the same here.
+    parser = configparser.ConfigParser()
+    parser.read(path, encoding="utf-8")
+    _parsed = (key, parser) if settled else None
+    return parser
+
+
 def _from_config_file(key: str) -> str | None:
     path = _expand_path(os.environ.get("AIRFLOW_CONFIG", str(airflow_home() / "airflow.cfg")))
     if not path.is_file():
         return None
-    # Airflow reads airflow.cfg with ConfigParser's default interpolation ('%%' is a
-    # literal '%'), so a URL-encoded password written for Airflow must read the same here.
-    parser = configparser.ConfigParser()
     try:
-        parser.read(path, encoding="utf-8")
+        parser = _config_parser(path)
         if parser.has_option("ett", key):
             return parser.get("ett", key)
+    except OSError:  # gone or unreadable since: as ConfigParser.read takes it, no file
+        return None
     except configparser.Error as exc:
         one_line = " ".join(str(exc).split())
         raise SettingsError(f"cannot read [ett] {key} from {path}: {one_line}") from None
@@ -179,3 +206,75 @@ class RollupSettings:
                                            raw_setting("rollup_silent_after_s"), 0,
                                            366 * 86400),
         )
+
+
+#: `rolling_windows`: how many windows at most (each is a column of the run page and a set
+#: of gauges per running job), and the longest, a week, in minutes.
+MAX_ROLLING_WINDOWS = 8
+MAX_ROLLING_WINDOW_MIN = 7 * 24 * 60
+#: `rolling_metrics_interval_s`: each send reads and attributes the job's events, so not
+#: more often than every 10 s (a StatsD flush); an hour at most (the longest window).
+MIN_ROLLING_INTERVAL_S = 10.0
+MAX_ROLLING_INTERVAL_S = 3600.0
+
+
+def parse_minutes(key: str, value: str) -> tuple[int, ...]:
+    """`"5, 15,60"` -> (5, 15, 60): whole minutes, ascending, each once; `""` -> ()."""
+    example = "whole minutes separated by commas, such as '5,15,60'"
+    items = [item.strip() for item in value.split(",")] if value.strip() else []
+    minutes: list[int] = []
+    for item in items:
+        if not item.isascii() or not item.isdigit():
+            raise SettingsError(f"[ett] {key} must be {example}; {item!r} is not, in "
+                                f"{value!r}")
+        number = int(item) if len(item) <= 6 else MAX_ROLLING_WINDOW_MIN + 1  # int() of
+        # thousands of digits is refused by Python itself, with a line that names no key
+        if not 1 <= number <= MAX_ROLLING_WINDOW_MIN:
+            raise SettingsError(f"[ett] {key}: each window must be 1 to "
+                                f"{MAX_ROLLING_WINDOW_MIN} minutes, got {item!r} in "
+                                f"{value!r}")
+        if number in minutes:
+            raise SettingsError(f"[ett] {key} names {number} minutes twice, in {value!r}")
+        minutes.append(number)
+    if len(minutes) > MAX_ROLLING_WINDOWS:
+        raise SettingsError(f"[ett] {key} may name at most {MAX_ROLLING_WINDOWS} windows, "
+                            f"got {len(minutes)} in {value!r}")
+    return tuple(sorted(minutes))
+
+
+def _parse_interval(key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"[ett] {key} must be a number of seconds, got {value!r}") from None
+    if number != 0 and not MIN_ROLLING_INTERVAL_S <= number <= MAX_ROLLING_INTERVAL_S:
+        raise SettingsError(f"[ett] {key} must be 0 (off) or in [{MIN_ROLLING_INTERVAL_S:g}, "
+                            f"{MAX_ROLLING_INTERVAL_S:g}], got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class RollingSettings:
+    """A running job's rolling windows, loaded apart from `EttSettings` so that a bad value
+    here costs only the windows (the page says why; the task's gauges are not sent, one
+    log line says why), never a task's recording."""
+
+    windows_min: tuple[int, ...]  # ascending; () for none
+    metrics_interval_s: float  # 0: no rolling-window gauges
+
+    @property
+    def sends_metrics(self) -> bool:
+        return bool(self.windows_min) and self.metrics_interval_s > 0
+
+    @classmethod
+    def load(cls) -> RollingSettings:
+        return cls(
+            windows_min=parse_minutes("rolling_windows", raw_setting("rolling_windows")),
+            metrics_interval_s=_parse_interval("rolling_metrics_interval_s",
+                                               raw_setting("rolling_metrics_interval_s")),
+        )
+
+    @classmethod
+    def load_windows(cls) -> tuple[int, ...]:
+        """Only `rolling_windows` (what the pages use): one key read, not two."""
+        return parse_minutes("rolling_windows", raw_setting("rolling_windows"))

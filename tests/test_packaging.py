@@ -139,6 +139,7 @@ def test_installed_metadata_declares_the_provider() -> None:
         "store_url", "disabled", "spool_dir", "emit_timeout", "work_dir", "rollup_timezone",
         "components_file", "rollup_recompute_days", "rollup_catchup_days", "report_dir",
         "whatif_cut_pct", "whatif_start_s", "rollup_silent_after_s", "tenants_file",
+        "rolling_windows", "rolling_metrics_interval_s",
     }
 
 

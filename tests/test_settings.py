@@ -224,3 +224,75 @@ def test_the_silent_bound_can_be_turned_off(home: Path,
 
     monkeypatch.setenv("AIRFLOW__ETT__ROLLUP_SILENT_AFTER_S", "0")
     assert RollupSettings.load().silent_after_s == 0.0
+
+
+def test_rolling_defaults_and_spellings(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ett.settings import RollingSettings
+
+    assert RollingSettings.load() == RollingSettings(windows_min=(5, 15, 60),
+                                                     metrics_interval_s=60.0)
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_WINDOWS", " 60, 1,10080 ")
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_METRICS_INTERVAL_S", "10")
+    loaded = RollingSettings.load()
+    assert (loaded.windows_min, loaded.metrics_interval_s) == ((1, 60, 10080), 10.0)
+    assert RollingSettings.load_windows() == (1, 60, 10080) and loaded.sends_metrics
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_METRICS_INTERVAL_S", "0")  # gauges off
+    assert not RollingSettings.load().sends_metrics
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_METRICS_INTERVAL_S", "3600")
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_WINDOWS", "  ")  # no windows at all
+    assert RollingSettings.load() == RollingSettings((), 3600.0)
+    assert not RollingSettings.load().sends_metrics
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("rolling_windows", "5,,15", "rolling_windows must be whole minutes separated by commas, "
+                                 "such as '5,15,60'; '' is not, in '5,,15'"),
+    ("rolling_windows", "5m", "rolling_windows must be whole minutes separated by commas, "
+                              "such as '5,15,60'; '5m' is not, in '5m'"),
+    ("rolling_windows", "7.5", "'7.5' is not, in '7.5'"),
+    ("rolling_windows", "-5", "'-5' is not, in '-5'"),
+    ("rolling_windows", "0", "rolling_windows: each window must be 1 to 10080 minutes, got "
+                             "'0' in '0'"),
+    ("rolling_windows", "10081", "each window must be 1 to 10080 minutes, got '10081'"),
+    ("rolling_windows", "9" * 5000, "each window must be 1 to 10080 minutes, got '999"),
+    ("rolling_windows", "15,5,15", "rolling_windows names 15 minutes twice, in '15,5,15'"),
+    ("rolling_windows", "1,2,3,4,5,6,7,8,9", "rolling_windows may name at most 8 windows, got "
+                                             "9 in '1,2,3,4,5,6,7,8,9'"),
+    ("rolling_metrics_interval_s", "soon", "rolling_metrics_interval_s must be a number of "
+                                           "seconds, got 'soon'"),
+    ("rolling_metrics_interval_s", "1", r"rolling_metrics_interval_s must be 0 \(off\) or in "
+                                        r"\[10, 3600\], got '1'"),
+    ("rolling_metrics_interval_s", "nan", r"or in \[10, 3600\], got 'nan'"),
+    ("rolling_metrics_interval_s", "3601", r"or in \[10, 3600\], got '3601'"),
+])
+def test_a_bad_rolling_setting_names_itself_and_its_value(
+        home: Path, monkeypatch: pytest.MonkeyPatch, key: str, value: str, message: str) -> None:
+    from airflow_ett.settings import RollingSettings
+
+    monkeypatch.setenv(f"AIRFLOW__ETT__{key.upper()}", value)
+    with pytest.raises(SettingsError, match=r"^\[ett\] .*" + message) as excinfo:
+        RollingSettings.load()
+    assert "\n" not in str(excinfo.value)
+
+
+def test_a_settled_config_file_is_parsed_once_and_again_when_it_changes(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_ett import settings
+
+    cfg = write_cfg(home / "airflow.cfg", spool_dir="/a", work_dir="/w")
+    monkeypatch.setattr(settings, "SETTLED_S", -1.0)  # as if written long ago
+    assert raw_setting("spool_dir") == "/a"
+    parsed = settings._parsed
+    assert parsed is not None and parsed[0][0] == str(cfg)
+    assert raw_setting("work_dir") == "/w" and settings._parsed is parsed  # not parsed again
+    write_cfg(cfg, spool_dir="/bb", work_dir="/w")  # another size: a change the stat shows
+    assert raw_setting("spool_dir") == "/bb" and settings._parsed is not parsed
+
+
+def test_a_config_file_changed_just_now_is_read_again_at_every_read(home: Path) -> None:
+    cfg = write_cfg(home / "airflow.cfg", spool_dir="/a")
+    assert raw_setting("spool_dir") == "/a"
+    write_cfg(cfg, spool_dir="/b")  # same size, maybe the same timestamps: still seen
+    assert raw_setting("spool_dir") == "/b"
+    cfg.unlink()
+    assert raw_setting("spool_dir") == f"{home}/ett_spool"

@@ -11,7 +11,10 @@ the API server for states set by hand. What this records:
 - the DAG run's end: `job_ended`, only as a fallback for jobs whose train task never
   said so (it failed before training, or was killed), checked against the store; then
   the job's ETT metrics and the emitter's counters go out through Airflow's `Stats`
-  (`metrics.py`, docs/metrics.md), as do the counters at `before_stopping`.
+  (`metrics.py`, docs/metrics.md), as do the counters at `before_stopping`;
+- while a train task's try runs, in its process on the worker: its job's rolling-window
+  gauges, from a daemon thread (`window_metrics.py`, decision 0030), stopped when the try
+  ends.
 
 User-written text leaves the process only through Airflow's secrets maskers (`_redact`):
 a DAG run's `conf` and a failure's message may hold a password or token that Airflow
@@ -47,7 +50,8 @@ from airflow_ett.emit._log import RateLimitedLog
 from airflow_ett.ett.events import JobStatus, TaskSource
 from airflow_ett.jobs import DagRecording, job_id_for, recording_of
 from airflow_ett.plugin import metrics
-from airflow_ett.settings import EttSettings
+from airflow_ett.plugin.window_metrics import WindowReporter
+from airflow_ett.settings import EttSettings, RollingSettings
 
 hookimpl = HookimplMarker("airflow")  # the marker Airflow's listener managers collect
 
@@ -142,6 +146,7 @@ class TaskTry:
     state: str
     source: TaskSource
     recording: DagRecording | None  # None: the tags cannot be seen from this process
+    role: str  # the operator's `ett_role` ("train", "prewarm", ...), "" for any other task
     retry_delay_s: float | None
     message: str | None
 
@@ -171,6 +176,7 @@ def _task_try(previous_state: Any, ti: Any, state: str | None = None,
         state=state or _state_name(getattr(ti, "state", None)),
         source=_source(previous_state, ti),
         recording=recording_of(tags) if tags is not None else None,
+        role=str(getattr(task, "ett_role", "") or ""),
         retry_delay_s=(delay.total_seconds() if isinstance(delay, timedelta) and not backoff
                        else None),
         message=_message(error),
@@ -233,21 +239,28 @@ class _Background:
 class EttListener:
     """Registered by the `airflow_ett` plugin in every Airflow process.
 
-    `emitter` and `settings` exist for tests; by default: the process's emitter, `[ett]`.
+    `emitter`, `settings` and `rolling` exist for tests; by default: the process's
+    emitter, `[ett]`, and its rolling windows.
     """
 
     def __init__(self, emitter: Callable[[], Emitter] | None = None,
-                 settings: Callable[[], EttSettings] = EttSettings.load) -> None:
+                 settings: Callable[[], EttSettings] = EttSettings.load,
+                 rolling: Callable[[], RollingSettings] = RollingSettings.load) -> None:
         self._emitter = emitter or get_emitter
         self._settings = settings
+        self._rolling = rolling
         self._settings_cache: EttSettings | None = None
         self._store: Any = None
+        self._store_lock = threading.Lock()
         self._background = _Background()
+        self._windows: dict[str, WindowReporter] = {}
         os.register_at_fork(after_in_child=self._after_fork)
 
     def _after_fork(self) -> None:
         self._store = None  # a connection pool does not survive a fork: the child makes its own
+        self._store_lock = threading.Lock()
         self._background.after_fork()
+        self._windows = {}  # their threads stayed in the parent
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -259,13 +272,18 @@ class EttListener:
     def _enabled(self) -> bool:
         return not self.settings().disabled
 
+    def _get_store(self) -> Any:
+        """The process's store, opened on first use; off the hooks' threads only."""
+        with self._store_lock:
+            if self._store is None:
+                from airflow_ett.store import EttStore
+
+                self._store = EttStore(self.settings().store_url)
+            return self._store
+
     def _job_known(self, job: str) -> Any:
         """The store's row for `job`, or None; on the background thread only."""
-        if self._store is None:
-            from airflow_ett.store import EttStore
-
-            self._store = EttStore(self.settings().store_url)
-        return self._store.get_job(job)
+        return self._get_store().get_job(job)
 
     def flush(self, timeout: float | None = None) -> bool:
         budget = self.settings().emit_timeout if timeout is None else timeout
@@ -333,14 +351,17 @@ class EttListener:
     @_guarded
     def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:
         if self._enabled():
-            self._record_try(_task_try(previous_state, task_instance, "running"),
-                             _ts(getattr(task_instance, "start_date", None)))
+            t = _task_try(previous_state, task_instance, "running")
+            self._record_try(t, _ts(getattr(task_instance, "start_date", None)))
+            self._follow_windows(t)
 
     @hookimpl
     @_guarded
     def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
         if self._enabled():
-            self._record_try(_task_try(previous_state, task_instance, "success"), None)
+            t = _task_try(previous_state, task_instance, "success")
+            self._record_try(t, None)
+            self._follow_windows(t)
 
     @hookimpl
     @_guarded
@@ -352,7 +373,30 @@ class EttListener:
         state = _state_name(getattr(task_instance, "state", None))
         if state not in ("up_for_retry", "failed"):
             state = "failed"
-        self._record_try(_task_try(previous_state, task_instance, state, error), None)
+        t = _task_try(previous_state, task_instance, state, error)
+        self._record_try(t, None)
+        self._follow_windows(t)
+
+    def _follow_windows(self, t: TaskTry) -> None:
+        """A train task's try running in this process (the worker's) starts its job's
+        rolling-window gauges; its end stops them. Only a thread starts here: the
+        reporter reads its settings and the store on that thread."""
+        if t.source != "worker" or t.role != "train":
+            return
+        if t.state == "running":
+            if t.recording is not None and t.recording.recorded and t.job not in self._windows:
+                reporter = WindowReporter(t.job, self._get_store, self._rolling)
+                self._windows[t.job] = reporter
+                reporter.start()
+        else:
+            running = self._windows.pop(t.job, None)
+            if running is not None:
+                running.stop()
+
+    def stop_windows(self) -> None:
+        """Stop every rolling-window reporter of this process (its task is ending)."""
+        while self._windows:
+            self._windows.popitem()[1].stop()
 
     def _record_try(self, t: TaskTry, ts: float | None) -> None:
         now = time.time() if ts is None else ts
@@ -410,6 +454,7 @@ class EttListener:
     @_guarded
     def before_stopping(self, component: Any) -> None:
         """The task process exits right after this: deliver what it recorded."""
+        self.stop_windows()  # a reschedule ends the try without a hook of its own
         if self._enabled():
             self.flush()
             metrics.emit_emitter_counters(self._emitter().stats())

@@ -134,8 +134,11 @@ def test_the_running_run_under_its_real_airflow_run_id(site: Site,
         expected = data.run(store, F.DAG_A, site.run_id, now=body["now"])
     assert expected is not None
     assert body == json.loads(expected.model_dump_json())
-    assert body["last_hour"]["hi"] == body["now"]
-    assert body["last_hour"]["ett_pct"] != body["ett_pct"]
+    assert [w["minutes"] for w in body["windows"]] == [5, 15, 60]  # [ett] rolling_windows
+    # each ends where the run does so far: `now`, to the microsecond
+    assert {w["hi"] for w in body["windows"]} == {body["ended_at"]}
+    assert body["ended_at"] == pytest.approx(body["now"], abs=1e-6)
+    assert body["windows"][-1]["ett_pct"] != body["ett_pct"]  # the hour is not the run
 
 
 def test_the_openapi_schema_is_served(site: Site, tokens: dict[str, str]) -> None:

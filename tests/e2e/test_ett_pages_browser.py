@@ -141,9 +141,10 @@ def _check_run(frame: Any, site: Site) -> None:
     now = float(frame.locator("header[data-now]").get_attribute("data-now"))
     with EttStore(site.store_url) as store:
         run = data.run(store, F.DAG_A, site.run_id, now=now)
-    assert run is not None and run.provisional and run.last_hour is not None
+    assert run is not None and run.provisional and run.windows
     assert _text(frame, "#run-ett") == report.fmt_pct(run.ett_pct)
-    assert _text(frame, "#run-last-hour") == report.fmt_pct(run.last_hour.ett_pct)
+    for w in run.windows:
+        assert _text(frame, f"#run-window-{w.minutes}") == report.fmt_pct(w.ett_pct)
     assert _text(frame, "#run-e2e") == report.fmt_duration(run.e2e_s)
     assert _text(frame, "#run-attempts") == str(run.level1.attempts)
     for c in run.level2:

@@ -19,11 +19,12 @@ from airflow_ett.ett.attribution import (
     attribute_job,
     attribute_window,
     clip_to_window,
+    last_windows,
 )
 from airflow_ett.ett.events import Event
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
-from airflow_ett.ett.timeline import to_s
+from airflow_ett.ett.timeline import to_s, to_us
 from tests.ett.strategies import NOW, soups, specs
 
 DAY = 86_400.0
@@ -145,3 +146,74 @@ def test_windows_of_a_partition_sum_to_the_simulated_job(spec: JobSpec,
 def test_windows_of_a_partition_sum_to_any_job(events: list[Event], data: st.DataObject) -> None:
     r = attribute_job(events, now=NOW)
     check_windows_sum_to_job(r, data.draw(cuts(r)))
+
+
+# -- rolling windows: a job's last minutes ----------------------------------------------------
+
+def test_the_last_windows_of_a_job_end_at_its_end_and_hold_min_span_e2e() -> None:
+    r = attribute_job(simulate(ACROSS_MIDNIGHT))  # E2E 60 s, ends at M+40
+    ten, whole, longer = last_windows(r, [10.0, 60.0, 600.0])
+    assert (ten.lo, ten.hi) == (MIDNIGHT + 30, MIDNIGHT + 40)
+    assert seconds(ten) == {"effective_training": 5.0, "shutdown": 5.0}
+    assert ten.ett_pct == 50.0 and ten.e2e_in_window_s == 10.0
+    # a window as long as the job, or longer, holds the whole job and no more
+    for w in (whole, longer):
+        assert (w.components_us, w.e2e_in_window_us) == (r.components_us, r.e2e_us)
+    assert (longer.lo, longer.hi) == (MIDNIGHT + 40 - 600, MIDNIGHT + 40)
+    assert last_windows(r, []) == ()
+
+
+def test_a_running_job_s_last_windows_end_at_the_now_it_was_attributed_at() -> None:
+    spec = JobSpec(submit_ts=MIDNIGHT, queue_s=10.0, startup=(), steps=400, step_s=1.0,
+                   progress_every=4, checkpoint_every=0, running_until_step=100)
+    now = MIDNIGHT + 200.5  # 90.5 s after the last progress: the job looks stalled
+    r = attribute_job(simulate(spec), now=now)
+    assert r.provisional and r.ended_at == now
+    (w,) = last_windows(r, [60.0])
+    assert (w.lo, w.hi, w.e2e_in_window_s) == (now - 60, now, 60.0)
+    assert w.components_us["effective_training"] == 0  # no new data in the last minute
+    assert w.provisional
+
+
+@pytest.mark.parametrize("span", [0.0, -1.0, 1e-7, math.nan, math.inf, True, "60"])
+def test_a_bad_span_is_refused_by_name(span: float) -> None:
+    r = attribute_job(simulate(ACROSS_MIDNIGHT))
+    with pytest.raises(ValueError, match=r"^a window's span must be .*, got "):
+        last_windows(r, [60.0, span])
+
+
+spans = st.lists(st.one_of(st.sampled_from([0.25, 1.0, 7.5, 60.0, 300.0, 3600.0]),
+                           st.floats(1e-3, 1e5, allow_nan=False, allow_infinity=False)),
+                 min_size=1, max_size=4)
+
+
+def check_last_windows(r: JobAttribution, spans_s: list[float]) -> None:
+    windows = last_windows(r, spans_s)
+    end = to_us(r.ended_at)
+    assert len(windows) == len(spans_s)
+    for span, w in zip(spans_s, windows, strict=True):
+        assert (w.hi_us, w.hi_us - w.lo_us) == (end, to_us(span))
+        # the components sum to the window's length, clipped to the job's life
+        assert sum(w.components_us.values()) == w.e2e_in_window_us == min(to_us(span),
+                                                                          r.e2e_us)
+        assert sum(w.phases_us.values()) == w.e2e_in_window_us
+        assert all(us >= 0 for us in w.components_us.values())
+    # a longer window holds everything a shorter one does
+    by_length = sorted(windows, key=lambda w: w.hi_us - w.lo_us)
+    for short, long in itertools.pairwise(by_length):
+        for c in COMPONENTS:
+            assert short.components_us[c] <= long.components_us[c], c
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs, spans)
+def test_last_windows_sum_to_their_span_clipped_to_the_simulated_job(
+        spec: JobSpec, spans_s: list[float]) -> None:
+    check_last_windows(attribute_job(simulate(spec)), spans_s)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(soups(), spans, st.sampled_from([NOW, NOW + 0.5, NOW + 3600.0]))
+def test_last_windows_sum_to_their_span_clipped_to_any_job(
+        events: list[Event], spans_s: list[float], now: float) -> None:
+    check_last_windows(attribute_job(events, now=now), spans_s)

@@ -115,6 +115,8 @@ def test_plugin_loads_cleanly_and_airflow_reads_ett_config_as_we_do(
         "whatif_start_s": "60",
         "rollup_silent_after_s": "86400",
         "tenants_file": "",
+        "rolling_windows": "5,15,60",
+        "rolling_metrics_interval_s": "60",
     }
     assert result["typed"] == [True, 0.25]
     assert result["ours_typed"] == result["typed"]

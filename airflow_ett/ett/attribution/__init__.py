@@ -20,7 +20,8 @@ dataclass (docs/decisions/0007-attribution-stages.md):
 9. `assemble`: all of it, with the attempt rows and checkpoint totals, as `JobAttribution`.
 
 After the stages, `window_clip` keeps only a job's time inside `[lo, hi)` (the nightly
-rollup's days), cut from the final timeline so that a partition of time sums exactly.
+rollup's days), cut from the final timeline so that a partition of time sums exactly;
+`last_windows` cuts a job's last minutes the same way (a running job's rolling windows).
 
 The entry points (`attribute`, `attribute_job`, `dedupe`) are in `pipeline`; import every
 public name from this package, not from a stage module.
@@ -37,6 +38,7 @@ from airflow_ett.ett.attribution.window_clip import (
     WindowAttribution,
     attribute_window,
     clip_to_window,
+    last_windows,
 )
 
 __all__ = [
@@ -52,4 +54,5 @@ __all__ = [
     "attribute_window",
     "clip_to_window",
     "dedupe",
+    "last_windows",
 ]

@@ -11,12 +11,18 @@ Guarantees: `lo` and `hi` are Unix seconds, made microseconds by `timeline.to_us
 times are; the window is `[lo, hi)`; a window that misses the job gives zeros (all six
 components present, no phases); a window that covers `[submit, end)` gives the job's own
 components and phases.
+
+Rolling windows (`last_windows`) are the same cut, anchored at the job's end: a running
+job's last 5, 15, 60 minutes (its end is then the `now` it was attributed at), for the run
+page, its JSON API and the running job's gauges. Each is exactly its span long, and the
+job's time in it is `min(span, E2E)`: a window longer than the job's life holds the whole
+job and no more.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from airflow_ett.ett.attribution.pipeline import attribute_job
@@ -73,6 +79,26 @@ def clip_to_window(attribution: JobAttribution, lo: float, hi: float) -> WindowA
     many windows as a rollup needs."""
     lo_us, hi_us = _window_us(lo, hi)
     return _clip(attribution, lo, hi, lo_us, hi_us)
+
+
+def last_windows(attribution: JobAttribution,
+                 spans_s: Sequence[float]) -> tuple[WindowAttribution, ...]:
+    """The job's last `span` seconds up to its end, for each of `spans_s`, in that order:
+    `[end - span, end)` in exact microseconds. One attribution, cut as often as asked
+    (attributing again per window would repeat all the stages each time)."""
+    spans_us = [_span_us(s) for s in spans_s]  # bad spans fail before any cut
+    end_us = to_us(attribution.ended_at)  # exact: `ended_at` is the end's microseconds / 1e6
+    return tuple(_clip(attribution, to_s(end_us - span_us), to_s(end_us), end_us - span_us,
+                       end_us) for span_us in spans_us)
+
+
+def _span_us(span: float) -> int:
+    if isinstance(span, bool) or not isinstance(span, int | float) or not math.isfinite(span):
+        raise ValueError(f"a window's span must be a finite number of seconds, got {span!r}")
+    span_us = to_us(span)
+    if span_us <= 0:
+        raise ValueError(f"a window's span must be at least a microsecond, got {span!r}")
+    return span_us
 
 
 def _window_us(lo: float, hi: float) -> tuple[int, int]:

@@ -67,5 +67,6 @@ def get_fleet(store: StoreDep, scope: DagScopeDep, today: TodayDep,
 def get_run(dag_id: str, run_id: str, store: StoreDep, now: NowDep,
             figures: FiguresQuery = False, job: JobQuery = None) -> models.Run:
     """The run's attempts, Level 1 and Level 2, phases, timeline and published model; for
-    a run still going, its provisional figures and those of its last hour."""
+    a run still going, its provisional figures and its rolling windows (its ETT% and
+    components over each of its last `[ett] rolling_windows` minutes)."""
     return run_or_404(store, dag_id, run_id, now, figures, job)

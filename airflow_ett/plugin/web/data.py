@@ -20,11 +20,11 @@ The fleet, two ways, same result for the same jobs:
 
 A run: the job id of a DAG run is `job_id_for(dag_id, run_id)` (a job named otherwise, a
 simulated one say, is asked for with its id: `?job=`); its events are attributed now (a
-job still running is provisional, with its last hour cut out by `clip_to_window`). The
-access check is on the DAG in the path, so the job's own recorded DAG and run must be the
-ones asked for, or it is not found: `a__b` + `c` and `a` + `b__c` name the same job id, and
-a user allowed to read DAG `a` must not read a run of DAG `a__b` through that, nor any job
-through `?job=`.
+job still running is provisional, its rolling windows, `[ett] rolling_windows`, cut out of
+that one attribution by `last_windows`). The access check is on the DAG in the path, so
+the job's own recorded DAG and run must be the ones asked for, or it is not found:
+`a__b` + `c` and `a` + `b__c` name the same job id, and a user allowed to read DAG `a`
+must not read a run of DAG `a__b` through that, nor any job through `?job=`.
 """
 
 from __future__ import annotations
@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 DEFAULT_DAYS: Final = 14
 #: The most days one request may ask for (a quarter): every shown day is read.
 MAX_DAYS: Final = 92
-#: The running job's recent window.
-LAST_HOUR_S: Final = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,14 +392,28 @@ def _published(events: Iterable[Event]) -> list[models.Published]:
             if isinstance(e, ModelPublished)]
 
 
-def _last_hour(a: JobAttribution, now: float) -> models.Window | None:
-    if not a.provisional:
-        return None
-    from airflow_ett.ett.attribution import clip_to_window
+def _configured_windows() -> tuple[tuple[int, ...], list[str]]:
+    """`[ett] rolling_windows`, or none and the one line that says what is wrong with it
+    (the page shows the rest of the run either way)."""
+    from airflow_ett.settings import RollingSettings, SettingsError
 
-    w = clip_to_window(a, now - LAST_HOUR_S, now)
-    return models.Window(lo=w.lo, hi=w.hi, e2e_s=w.e2e_in_window_s, ett_pct=w.ett_pct,
-                         components_s=w.components_s)
+    try:
+        return RollingSettings.load_windows(), []
+    except SettingsError as exc:
+        return (), [f"no rolling windows: {exc}"]
+
+
+def _windows(a: JobAttribution, minutes: Sequence[int]) -> list[models.Window]:
+    """A running job's last `minutes` each (none for a finished one: its figures are
+    final, and a window of its last minutes would be mostly shutdown)."""
+    if not a.provisional or not minutes:
+        return []
+    from airflow_ett.ett.attribution import last_windows
+
+    return [models.Window(minutes=m, lo=w.lo, hi=w.hi, e2e_s=w.e2e_in_window_s,
+                          ett_pct=w.ett_pct, components_s=w.components_s)
+            for m, w in zip(minutes, last_windows(a, [60.0 * m for m in minutes]),
+                            strict=True)]
 
 
 def _timeline(a: JobAttribution) -> tuple[models.Timeline, Any]:
@@ -450,12 +462,30 @@ def _silence(a: JobAttribution, events: Sequence[Event], now: float,
 
 
 def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool = False,
-        job: str | None = None, silent_after_s: float | None = None) -> models.Run | None:
-    """The run's page; `silent_after_s` is `[ett] rollup_silent_after_s` when None."""
+        job: str | None = None, silent_after_s: float | None = None,
+        windows_min: Sequence[int] | None = None) -> models.Run | None:
+    """The run's page; `silent_after_s` is `[ett] rollup_silent_after_s` when None,
+    `windows_min` (minutes) `[ett] rolling_windows`.
+
+    The cyclic collector waits meanwhile: a long job's events are tens of thousands of
+    objects alive until the answer is made, which the collector would promote into full
+    collections of the API server's heap (`_collector_paused`); a running job's page asks
+    again every 10 s."""
+    with _collector_paused():
+        return _run(store, dag_id, run_id, now=now, figures=figures, job=job,
+                    silent_after_s=silent_after_s, windows_min=windows_min)
+
+
+def _run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool,
+         job: str | None, silent_after_s: float | None,
+         windows_min: Sequence[int] | None) -> models.Run | None:
     found = attribute_run(store, dag_id, run_id, now=now, job=job)
     if found is None:
         return None
     a, events = found
+    window_notes: list[str] = []
+    if windows_min is None and a.provisional:
+        windows_min, window_notes = _configured_windows()
     s = a.summary()
     timeline, raw_timeline = _timeline(a)
     specs = None
@@ -468,7 +498,7 @@ def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool 
         job=s.job, dag_id=dag_id, run_id=run_id, tenant=s.tenant, model=s.model,
         provisional=s.provisional, synthetic=s.synthetic, world_size=s.world_size,
         submitted_at=s.submitted_at, ended_at=s.ended_at, now=now, ett_pct=s.ett_pct,
-        e2e_s=s.e2e_s, effective_s=s.effective_s, last_hour=_last_hour(a, now),
+        e2e_s=s.e2e_s, effective_s=s.effective_s, windows=_windows(a, windows_min or ()),
         level1=models.Level1(
             tts_s=s.tts_s, started=s.started, ttr_s=s.ttr_s, nof=s.nof,
             attempts=len(s.attempts), failures_per_attempt=s.rates.failures_per_attempt,
@@ -489,7 +519,7 @@ def run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool 
                                  ttr_from_detection_s=f.ttr_from_detection_s)
                   for f in s.failures],
         published=_published(events), timeline=timeline,
-        warnings=[*s.warnings, *_silence(a, events, now, silent_after_s)],
+        warnings=[*s.warnings, *_silence(a, events, now, silent_after_s), *window_notes],
         figures=specs)
 
 

@@ -212,8 +212,12 @@ class Phase(_Model):
 
 
 class Window(_Model):
-    """The run's last hour (a job still running): `clip_to_window(now - 3600, now)`."""
+    """One rolling window of a run still going: its last `minutes` up to its end so far
+    (`hi`: the run's `ended_at`, which is `now` to the microsecond; `last_windows`). The
+    components add up to `e2e_s`, the run's time in the window: `minutes * 60`, or less
+    for a run younger than that."""
 
+    minutes: int
     lo: float
     hi: float
     e2e_s: float
@@ -264,7 +268,9 @@ class Run(_Model):
     ett_pct: float
     e2e_s: float
     effective_s: float
-    last_hour: Window | None
+    windows: list[Window] = Field(description="a run still going: its rolling windows "
+                                              "([ett] rolling_windows), shortest first; "
+                                              "none for a finished run")
     level1: Level1
     level2: list[Component]
     phases: list[Phase] = Field(description="largest first")

@@ -56,6 +56,11 @@ def _utc(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _window(minutes: int) -> str:
+    """A rolling window's name: `5 min`, `90 min`, `1 h`, `24 h`."""
+    return f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
+
+
 def _nof(nof: dict[str, int]) -> str:
     """`3 (infra 2, preemption 1)`: the total, then each cause that happened."""
     causes = ", ".join(f"{k} {v}" for k, v in nof.items() if k != "total" and v)
@@ -69,7 +74,7 @@ def environment() -> jinja2.Environment:
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
         lstrip_blocks=True)
     env.filters.update(pct=fmt.fmt_pct, delta=fmt.fmt_delta, gpu_h=fmt.fmt_gpu_h,
-                       dur=fmt.fmt_duration, utc=_utc, nof=_nof,
+                       dur=fmt.fmt_duration, utc=_utc, nof=_nof, window=_window,
                        q=lambda v: quote(str(v), safe=""),
                        rate=lambda v: "-" if v is None else f"{v:.3f}")
     env.globals.update(colours=report.COMPONENT_COLOURS, cause_colours=report.CAUSE_COLOURS)

@@ -81,6 +81,22 @@ def test_a_run(client: Client, store: EttStore) -> None:
     assert list(body["figures"]) == ["timeline"]
 
 
+def test_a_running_run_has_its_rolling_windows(client: Client, store: EttStore,
+                                               fleet: F.Fleet) -> None:
+    from airflow_ett.ett.attribution import attribute_job, clip_to_window
+
+    body = client().get(f"/api/v1/runs/{F.DAG_A}/{fleet.running_run_id}").json()
+    assert body["provisional"] is True and body["now"] == fleet.now
+    a = attribute_job(store.job_events(f"{F.DAG_A}__{fleet.running_run_id}"), now=fleet.now)
+    assert [w["minutes"] for w in body["windows"]] == [5, 15, 60]
+    for w in body["windows"]:
+        clip = clip_to_window(a, fleet.now - 60 * w["minutes"], fleet.now)
+        assert w == {"minutes": w["minutes"], "lo": clip.lo, "hi": fleet.now,
+                     "e2e_s": clip.e2e_in_window_s, "ett_pct": clip.ett_pct,
+                     "components_s": clip.components_s}
+    assert client().get(RUN_A1).json()["windows"] == []  # a finished run has none
+
+
 def test_a_run_id_with_url_characters(empty_store: EttStore) -> None:
     """The UI puts encodeURIComponent(run_id) in the view's href: `:` and `+` arrive
     encoded; the route must see the run id itself."""
@@ -130,5 +146,8 @@ def test_the_openapi_schema_lists_the_routes(client: Client) -> None:
     assert fleet_op["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Fleet"}
     assert {"Fleet", "Run", "Day", "Group", "Level1"} <= set(schema["components"]["schemas"])
+    window = schema["components"]["schemas"]["Window"]
+    assert set(window["required"]) == {"minutes", "lo", "hi", "e2e_s", "ett_pct",
+                                       "components_s"}
     assert schema["info"]["title"] == "airflow-ett"
     assert schema["servers"] == [{"url": "/"}]  # TestClient mounts the app at the root

@@ -274,25 +274,58 @@ def test_a_finished_run_has_the_stores_figures(store: EttStore, fleet: F.Fleet) 
     assert [f.cause for f in run.failures] == ["infra"]
     assert [p.uri for p in run.published] == [F.MODEL_URI]
     assert run.level1.model_available_after_release_s == pytest.approx(90.0)
-    assert run.provisional is False and run.last_hour is None
+    assert run.provisional is False and run.windows == []
     assert [p.seconds for p in run.phases] == sorted((p.seconds for p in run.phases),
                                                      reverse=True)
     assert run.timeline.rows == ["scheduling", "1", "2"]
     assert run.figures is not None and set(run.figures) == {"timeline"}
 
 
-def test_a_running_run_is_provisional_with_its_last_hour(store: EttStore,
-                                                        fleet: F.Fleet) -> None:
+def test_a_running_run_is_provisional_with_its_rolling_windows(store: EttStore,
+                                                               fleet: F.Fleet) -> None:
     run = data.run(store, F.DAG_A, fleet.running_run_id, now=fleet.now)
     assert run is not None and run.provisional and run.published == []
     assert run.ended_at == fleet.now and run.e2e_s == pytest.approx(7200.0)
     a = attribute_job(store.job_events(job_id_for(F.DAG_A, fleet.running_run_id)),
                       now=fleet.now)
-    hour = clip_to_window(a, fleet.now - 3600, fleet.now)
-    assert run.last_hour is not None
-    assert (run.last_hour.lo, run.last_hour.hi) == (fleet.now - 3600, fleet.now)
-    assert run.last_hour.ett_pct == hour.ett_pct and run.last_hour.e2e_s == 3600.0
-    assert run.last_hour.ett_pct != run.ett_pct  # the hour is not the whole run
+    # the default [ett] rolling_windows: 5, 15 and 60 minutes, each cut from the same
+    # attribution as the window of the same bounds would be
+    assert [w.minutes for w in run.windows] == [5, 15, 60]
+    for w in run.windows:
+        clip = clip_to_window(a, fleet.now - 60 * w.minutes, fleet.now)
+        assert (w.lo, w.hi) == (fleet.now - 60 * w.minutes, fleet.now)
+        assert w.e2e_s == 60.0 * w.minutes  # the run is two hours old: every window is full
+        assert w.ett_pct == clip.ett_pct and w.components_s == clip.components_s
+        assert sum(w.components_s.values()) == pytest.approx(w.e2e_s)
+    assert run.windows[-1].ett_pct != run.ett_pct  # the hour is not the whole run
+    assert not any("rolling" in line for line in run.warnings)
+
+
+def test_rolling_windows_come_from_the_setting_or_the_caller(
+        store: EttStore, fleet: F.Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    running = (store, F.DAG_A, fleet.running_run_id)
+    longer = data.run(*running, now=fleet.now, windows_min=[1, 240])
+    assert longer is not None
+    assert [(w.minutes, w.e2e_s) for w in longer.windows] == [(1, 60.0),
+                                                             (240, pytest.approx(7200.0))]
+    assert longer.windows[1].components_s == pytest.approx(
+        {c.component: c.seconds for c in longer.level2})  # longer than the run: all of it
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_WINDOWS", "30")
+    run = data.run(*running, now=fleet.now)
+    assert run is not None and [w.minutes for w in run.windows] == [30]
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_WINDOWS", "")
+    run = data.run(*running, now=fleet.now)
+    assert run is not None and run.windows == []
+    # a bad value costs only the windows, and the page says why in one line
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_WINDOWS", "5,fifteen")
+    run = data.run(*running, now=fleet.now)
+    assert run is not None and run.windows == [] and run.ett_pct > 0
+    assert run.warnings[-1] == (
+        "no rolling windows: [ett] rolling_windows must be whole minutes separated by commas, "
+        "such as '5,15,60'; 'fifteen' is not, in '5,fifteen'")
+    finished = data.run(store, F.DAG_A, "scheduled__a1", now=fleet.now)
+    assert finished is not None and finished.windows == []  # nothing read for a finished run
+    assert not any("rolling" in line for line in finished.warnings)
 
 
 def test_a_run_silent_past_the_rollups_bound_says_so(store: EttStore, fleet: F.Fleet) -> None:

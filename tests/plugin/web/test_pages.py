@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
 
@@ -83,7 +84,7 @@ def test_the_run_page_shows_the_runs_figures(client: Client, store: EttStore) ->
     assert _text(page, "run-ett") == fmt.fmt_pct(summary.ett_pct)
     assert _text(page, "run-e2e") == fmt.fmt_duration(summary.e2e_s)
     assert _text(page, "run-attempts") == "2" and _text(page, "run-nof") == "1"
-    assert 'id="provisional"' not in page and 'id="run-last-hour"' not in page
+    assert 'id="provisional"' not in page and "data-window" not in page
     assert F.MODEL_URI in page and 'id="model-after-release"' in page
     for component in summary.components:
         assert f'data-component="{component}"' in page
@@ -91,16 +92,31 @@ def test_the_run_page_shows_the_runs_figures(client: Client, store: EttStore) ->
     assert f'href="/dags/{F.DAG_A}/runs/scheduled__a1" target="_top"' in page
 
 
-def test_a_running_runs_page_has_its_last_hour(client: Client, store: EttStore,
-                                               fleet: F.Fleet) -> None:
+def test_a_running_runs_page_has_its_rolling_windows(client: Client, store: EttStore,
+                                                     fleet: F.Fleet,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_ett.plugin.web import data
 
+    monkeypatch.setenv("AIRFLOW__ETT__ROLLING_WINDOWS", "5,90,60")
     run = data.run(store, F.DAG_A, fleet.running_run_id, now=fleet.now)
-    assert run is not None and run.last_hour is not None
+    assert run is not None and [w.minutes for w in run.windows] == [5, 60, 90]
     page = client().get(f"/runs/{F.DAG_A}/{fleet.running_run_id}", headers=HTML).text
     assert 'id="provisional"' in page
     assert _text(page, "run-ett") == fmt.fmt_pct(run.ett_pct)
-    assert _text(page, "run-last-hour") == fmt.fmt_pct(run.last_hour.ett_pct)
+    for w, label in zip(run.windows, ("5 min", "1 h", "90 min"), strict=True):
+        # the headline, the Level-1 row, and a Level-2 column: each component's seconds
+        # in the window and the window's E2E
+        assert _text(page, f"run-window-{w.minutes}") == fmt.fmt_pct(w.ett_pct)
+        assert f"ETT% last {label}</div>" in page
+        assert f"<th class=\"num\">last {label}</th>" in page
+        row = re.search(rf'data-metric="window-{w.minutes}"><td>([^<]*)</td><td[^>]*>([^<]*)<',
+                        page)
+        assert row is not None and row.group(1).startswith(f"last {label} (")
+        assert row.group(2) == (f"ETT% {fmt.fmt_pct(w.ett_pct)} of "
+                                f"{fmt.fmt_duration(w.e2e_s)}")
+        cells = re.findall(rf'<td class="num" data-window="{w.minutes}">([^<]*)</td>', page)
+        assert cells == [fmt.fmt_duration(w.components_s[c.component]) for c in run.level2
+                         ] + [fmt.fmt_duration(w.e2e_s)]
     assert 'id="no-model"' in page
 
 
@@ -235,3 +251,4 @@ def test_odd_run_ids_link_to_their_own_page(tmp_path: Path) -> None:
             assert json_link, job
             body = c.get(html.unescape(json_link[1])).json()
             assert body["job"] == html.unescape(job), (job, json_link[1])
+
