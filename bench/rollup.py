@@ -13,7 +13,8 @@ process's own), in one run so that the ratios compare like with like:
 - stock: the jobs touching the day, each read with the store's per-job call
   (`EttStore.job_events`, one query per job), as a user of the store API would;
 - ours: `EttStore.daily.compute_day` (the jobs touching the day, read in chunks of ids,
-  decoded by `decode_stored`, rolled up and stored; what the nightly DAG runs).
+  decoded by `decode_stored`, rolled up and stored; what the nightly DAG runs), then the
+  day's alerts judged against its stored baseline days (`rollup.alerts.day_alerts`).
 
 On PostgreSQL the tables are ANALYZEd after the fill, as autovacuum would do soon after a
 bulk load (without statistics the planner reads every event for each chunk of ids).
@@ -51,8 +52,14 @@ now = window.hi + 2 * 86400
 store = EttStore(url)
 start = time.perf_counter()
 if how == "ours":
-    rollup = store.daily.compute_day(window, load_components(), now=now)
+    from airflow_ett.rollup.alerts import day_alerts
+    components = load_components()
+    rollup = store.daily.compute_day(window, components, now=now)
     jobs_read = len(store.daily.jobs_touching(window.lo, window.hi))
+    # and what the nightly task does next: judge the day against its stored baseline
+    baseline = store.daily.days((day - dt.timedelta(days=7)).isoformat(),
+                                (day - dt.timedelta(days=1)).isoformat())
+    alerts = day_alerts(rollup, baseline, components, fleet_url="http://af/ett/")
 else:
     if how == "baseline":
         from sqlalchemy import select

@@ -27,13 +27,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseNotifier
 
     from airflow_ett.rollup.alert_config import NotifierSpec
-    from airflow_ett.rollup.alerts import Alert
     from airflow_ett.rollup.components import ComponentsConfig
     from airflow_ett.store import EttStore
 
@@ -43,6 +42,25 @@ log = logging.getLogger(__name__)
 MESSAGE_FIELDS: Final = {"subject": "{{ ett_subject }}", "title": "{{ ett_subject }}",
                          "html_content": "{{ ett_html }}", "text": "{{ ett_text }}",
                          "message": "{{ ett_text }}"}
+
+
+class Message(Protocol):
+    """What is sent: a rollup's `rollup.alerts.Alert`, a job's `plugin.tts_watch.StartAlert`."""
+
+    @property
+    def key(self) -> str: ...  # what the store records as sent, with the notifier's name
+
+    @property
+    def notify(self) -> list[str]: ...  # the notifiers it goes to, by name
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def html(self) -> str: ...
 
 
 class NotifierError(ValueError):
@@ -113,13 +131,13 @@ def load_notifiers(components: ComponentsConfig) -> dict[str, Notifier]:
             for name, spec in components.alerts.notifiers.items()}
 
 
-def alert_context(alert: Alert) -> dict[str, Any]:
+def alert_context(alert: Message) -> dict[str, Any]:
     """What a notifier is called with (and renders its templated fields against)."""
     return {"ett_alert": alert, "ett_subject": alert.subject, "ett_text": alert.text,
             "ett_html": alert.html}
 
 
-def send_alerts(alerts: Sequence[Alert], notifiers: dict[str, Notifier], store: EttStore, *,
+def send_alerts(alerts: Sequence[Message], notifiers: dict[str, Notifier], store: EttStore, *,
                 clock: Callable[[], float] = time.time) -> list[tuple[str, str]]:
     """Send each alert to its notifiers, skipping what the store says went already;
     returns the (alert, notifier) pairs sent now. Raises `AlertsNotSent` naming those that

@@ -49,13 +49,16 @@ def load_or_create_secrets(home: Path) -> dict[str, str]:
     """Secrets shared by every component, kept in `home` so that a restart agrees with them.
 
     The JWT secret signs the tokens the scheduler gives task runners for the Execution
-    API: if the scheduler and the api-server disagree, every task fails to start. Left to
-    Airflow, each process without a value in airflow.cfg would draw its own.
+    API: if the scheduler and the api-server disagree, every task fails to start. The
+    Fernet key encrypts what one component stores for another (connections, variables,
+    a trigger's kwargs: the scheduler writes a deadline callback's, the triggerer reads
+    it). Left to Airflow, each process without a value in airflow.cfg would draw its own,
+    or none, when the components start before any airflow.cfg exists.
     """
     path = home / SECRETS_FILE
     stored: dict[str, str] = {}
     if path.is_file():
-        with contextlib.suppress(UntrustedFileError):  # two secrets: a few hundred bytes
+        with contextlib.suppress(UntrustedFileError):  # three secrets: a few hundred bytes
             loaded = load_json(path, what="secrets file", max_bytes=1 << 20)
             if isinstance(loaded, dict):
                 stored = {str(k): str(v) for k, v in loaded.items()}
@@ -63,6 +66,8 @@ def load_or_create_secrets(home: Path) -> dict[str, str]:
         # 64 bytes at least: the tokens are HS512, and PyJWT warns below that.
         "jwt_secret": lambda: base64.b64encode(secrets.token_bytes(64)).decode("ascii"),
         "api_secret_key": lambda: base64.b64encode(secrets.token_bytes(16)).decode("ascii"),
+        # Fernet: 32 bytes, URL-safe base64 (what cryptography's Fernet.generate_key gives)
+        "fernet_key": lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii"),
     }
     missing = [key for key in wanted if not stored.get(key)]
     if missing:
@@ -103,6 +108,7 @@ def component_env(home: Path, dags_folder: Path, *, parallelism: int, api_port: 
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url}/execution/",
         "AIRFLOW__API_AUTH__JWT_SECRET": stored["jwt_secret"],
         "AIRFLOW__API__SECRET_KEY": stored["api_secret_key"],
+        "AIRFLOW__CORE__FERNET_KEY": stored["fernet_key"],
         # Look for new DAG files every 2 s instead of every 300 s. Changed files are
         # re-parsed at once anyway (file_parsing_sort_mode=modified_time).
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",

@@ -4,6 +4,8 @@ file.
 - `dag_policy` rejects a lifecycle DAG that breaks the fleet's rules (no tenant, an
   unknown one, a train task without retries, a CPU task on the GPU queue), with a
   message for its model owner: Airflow then lists the file among its import errors.
+  For a tenant with a time-to-start bound (`max_tts_s`) it adds the deadline alert that
+  flags a run still waiting past it (`plugin/tts_watch.py`).
 - `task_policy` gives each lifecycle task its tenant's settings: the train task its
   tenant's pool (one slot per GPU), the GPU queue and the tenant's priority; prewarm and
   publish the CPU queue and the priority; all of them the aged priority strategy
@@ -51,9 +53,11 @@ def _config() -> TenantsConfig | None:
 def _role(task: Any) -> str | None:
     from airflow_ett.operators.prewarm import CompileCachePrewarmOperator
     from airflow_ett.operators.publish import PublishModelOperator
-    from airflow_ett.operators.train import TorchRecTrainOperator
+    from airflow_ett.operators.train import CommandTrainOperator
 
-    for cls, role in ((TorchRecTrainOperator, "train"), (CompileCachePrewarmOperator, "prewarm"),
+    # CommandTrainOperator is every train task's class: a command job's (your trainer)
+    # and, as its subclass, TorchRecTrainOperator (ours).
+    for cls, role in ((CommandTrainOperator, "train"), (CompileCachePrewarmOperator, "prewarm"),
                       (PublishModelOperator, "publish")):
         if isinstance(task, cls):
             return role
@@ -94,13 +98,26 @@ def dag_policy(dag: Any) -> None:
         tasks = _lifecycle_tasks(dag)
         if not tasks:
             return
-        check_dag(dag.dag_id, _tenant_of(dag.tags), tasks, config.tenants,
-                  gpu_queue=config.default_queue)
+        tenant = _tenant_of(dag.tags)
+        check_dag(dag.dag_id, tenant, tasks, config.tenants, gpu_queue=config.default_queue)
+        if tenant is not None:
+            _watch_time_to_start(dag, tenant, config.tenants[tenant].max_tts_s)
     except PolicyViolation as exc:
         raise AirflowClusterPolicyViolation(str(exc)) from None
     except Exception:  # a bug here must not stop the DAG from loading
         log.exception("airflow_ett: dag_policy failed on DAG %s; left as it is",
                       getattr(dag, "dag_id", "?"))
+
+
+def _watch_time_to_start(dag: Any, tenant: str, bound_s: float | None) -> None:
+    """The tenant's time-to-start deadline on the DAG (replacing one an earlier parse or
+    version put there), beside the DAG's own deadlines; none without a bound."""
+    from airflow_ett.plugin.tts_watch import DEADLINE_NAME, deadline_alert
+
+    own = [d for d in (dag.deadline or []) if getattr(d, "name", None) != DEADLINE_NAME]
+    if bound_s is not None:
+        own.append(deadline_alert(tenant, bound_s))
+    dag.deadline = own or None
 
 
 @hookimpl

@@ -7,6 +7,7 @@ regression_points = 1.0   # a component this many share points worse than its ba
 baseline_days = 7         # the baseline: the fleet over the days before, pooled
 top_movers = 3            # tenants and models named per alert
 notify = ["platform"]     # notifiers every alert goes to
+tts_notify = ["platform"] # a job past its tenant's max_tts_s (default: notify)
 fleet_url = "https://airflow.example.com/ett/"   # default: [api] base_url + /ett/
 
 [notifiers.platform]      # any Airflow BaseNotifier, built with the other keys
@@ -36,7 +37,7 @@ from typing import Any, Final
 NOTIFIER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,50}")
 _CLASS_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _ALERT_FIELDS: Final = ("regression_points", "baseline_days", "top_movers", "notify",
-                        "fleet_url")
+                        "tts_notify", "fleet_url")
 
 
 class AlertConfigError(ValueError):
@@ -59,8 +60,15 @@ class AlertsConfig:
     baseline_days: int = 7
     top_movers: int = 3
     notify: tuple[str, ...] = ()
+    #: where a job's time-to-start flag goes (a tenant's `max_tts_s`); None: `notify`
+    tts_notify: tuple[str, ...] | None = None
     fleet_url: str = ""  # empty: the fleet page under Airflow's [api] base_url
     notifiers: dict[str, NotifierSpec] = field(default_factory=dict)
+
+    @property
+    def start_notify(self) -> tuple[str, ...]:
+        """The notifiers a job's time-to-start flag goes to."""
+        return self.notify if self.tts_notify is None else self.tts_notify
 
 
 _RANGES: Final = {"regression_points": (0.0, 100.0, False), "baseline_days": (1, 90, True),
@@ -78,14 +86,14 @@ def _number(where: str, key: str, value: object) -> float:
     return value
 
 
-def notify_list(where: str, value: object) -> tuple[str, ...]:
+def notify_list(where: str, value: object, *, key: str = "notify") -> tuple[str, ...]:
     """A `notify` value: a list of notifier names (checked against the file's later)."""
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise AlertConfigError(f"{where}, field 'notify': {value!r} is not a list of "
+        raise AlertConfigError(f"{where}, field {key!r}: {value!r} is not a list of "
                                "notifier names")
     for name in value:
         if not NOTIFIER_NAME.fullmatch(name):
-            raise AlertConfigError(f"{where}, field 'notify': {name!r} is not a notifier "
+            raise AlertConfigError(f"{where}, field {key!r}: {name!r} is not a notifier "
                                    "name (1 to 50 letters, digits, '_' or '-')")
     return tuple(dict.fromkeys(value))
 
@@ -131,17 +139,24 @@ def parse_alerts(raw: dict[str, Any], *, source: str,
     notifiers = {name: _notifier(source, name, entry) for name, entry in tables.items()}
     values: dict[str, Any] = {key: _number(where, key, table[key])
                               for key in _RANGES if key in table}
-    if "notify" in table:
-        values["notify"] = notify_list(where, table["notify"])
+    for key in ("notify", "tts_notify"):
+        if key in table:
+            values[key] = notify_list(where, table[key], key=key)
     if "fleet_url" in table:
         values["fleet_url"] = _url(where, table["fleet_url"])
-    users = {where: values.get("notify", ())}
-    users.update({f"components file {source}: component {c!r}": names
-                  for c, names in component_notify.items()})
-    for user, names in users.items():
+    users = [(where, key, values.get(key) or ()) for key in ("notify", "tts_notify")]
+    users.extend((f"components file {source}: component {c!r}", "notify", names)
+                 for c, names in component_notify.items())
+    _check_routes(users, notifiers)
+    return AlertsConfig(notifiers=notifiers, **values)
+
+
+def _check_routes(users: list[tuple[str, str, tuple[str, ...]]],
+                  notifiers: dict[str, NotifierSpec]) -> None:
+    """Every name a `notify` list gives is a notifier of the file."""
+    for user, key, names in users:
         for name in names:
             if name not in notifiers:
                 known = ", ".join(sorted(notifiers)) or "none defined"
-                raise AlertConfigError(f"{user}, field 'notify': {name!r} is not a notifier "
+                raise AlertConfigError(f"{user}, field {key!r}: {name!r} is not a notifier "
                                        f"of the file ([notifiers.<name>]: {known})")
-    return AlertsConfig(notifiers=notifiers, **values)

@@ -83,6 +83,10 @@ MIN_RUN_S: Final = Range("a number of seconds", 0, 7 * DAY_S)
 #: checkpoint saves measured on real fleets take tens of minutes; a victim that keeps its
 #: GPUs a day after it was asked has not been preempted. 0 would be no time to save.
 GRACE_S: Final = Range("a number of seconds", 0, DAY_S, lo_open=True)
+#: A bound on a job's time to start (queued to its first effective step): the slowest
+#: starts on real fleets take hours (a long queue, a cold compile); a bound past a week
+#: flags nothing. 0 would flag every job at once.
+MAX_TTS_S: Final = Range("a number of seconds", 0, 7 * DAY_S, lo_open=True)
 #: A cap per job per day: at one preemption a minute, all day, every restart would be
 #: thrown away; more than that means no cap.
 PREEMPTIONS_PER_DAY: Final = Range("a whole number", 0, 1440, whole=True)

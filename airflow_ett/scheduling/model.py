@@ -46,6 +46,8 @@ class TenantPolicy:
     `min_run_s` is Slurm's PreemptExemptTime (no preemption in an attempt's first
     `min_run_s`), `grace_s` Slurm's GraceTime (SIGTERM, the trainer checkpoints and
     leaves, SIGKILL at the end of it), `max_preemptions_per_day` a cap per job per day.
+    `max_tts_s` bounds a job's time to start: a job still without its first effective
+    step that long after it was queued is flagged while it waits (`plugin/tts_watch.py`).
     """
 
     name: str
@@ -56,6 +58,7 @@ class TenantPolicy:
     min_run_s: float = 600.0
     grace_s: float = 120.0
     max_preemptions_per_day: int = 2
+    max_tts_s: float | None = None
 
     @property
     def pool(self) -> str:

@@ -48,7 +48,7 @@ TENANT_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,50}")
 
 _TOP_LEVEL: Final = ("tenants", "scheduling")
 _TENANT_FIELDS: Final = ("priority", "quota_gpus", "borrow_limit_gpus", "preemptible",
-                         "min_run_s", "grace_s", "max_preemptions_per_day")
+                         "min_run_s", "grace_s", "max_preemptions_per_day", "max_tts_s")
 _REQUIRED: Final = {
     "priority": "a whole number; the higher goes first",
     "quota_gpus": "a whole number >= 0: the GPUs the tenant is guaranteed",
@@ -319,6 +319,7 @@ _TENANT_CHECKS: Final[dict[str, Callable[[str, object], Any]]] = {
     "min_run_s": _ranged(limits.MIN_RUN_S),
     "grace_s": _ranged(limits.GRACE_S),
     "max_preemptions_per_day": _ranged(limits.PREEMPTIONS_PER_DAY),
+    "max_tts_s": _ranged(limits.MAX_TTS_S),
 }
 _SCHEDULING_RANGES: Final[dict[str, Range]] = {
     "aging_per_hour": limits.AGING_PER_HOUR,

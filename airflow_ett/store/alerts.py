@@ -1,4 +1,5 @@
-"""What the nightly rollup's alerts reached: `ett_alerts_sent` (migration 0004).
+"""What the alerts reached (`ett_alerts_sent`) and the flags raised on jobs
+(`ett_job_flags`), migration 0004.
 
 The rollup asks `unsent` before it sends and calls `record` after each notifier took an
 alert, one row per alert and notifier. A retry of the task after a notifier failed, or a
@@ -14,8 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from airflow_ett.ett.flags import JobFlag
 from airflow_ett.store.daily import RowAccess
-from airflow_ett.store.schema import alerts_sent
+from airflow_ett.store.schema import alerts_sent, job_flags
 
 
 class SentAlerts:
@@ -49,3 +51,39 @@ class SentAlerts:
                                                      alerts_sent.c.notifier]))
 
         self._store._write(write)
+
+
+class JobFlags:
+    """The `ett_job_flags` rows of one store (`EttStore.flags`)."""
+
+    def __init__(self, store: RowAccess) -> None:
+        self._store = store
+
+    def raise_flag(self, flag: JobFlag) -> bool:
+        """Store `flag`; False when the job had one of that kind already (kept as it was:
+        a flag says when it was first raised)."""
+
+        def write(conn: Connection) -> bool:
+            insert = sqlite.insert if conn.dialect.name == "sqlite" else postgresql.insert
+            done = conn.execute(insert(job_flags).values(
+                job=flag.job, kind=flag.kind, at=flag.at, payload=flag.to_json().decode(),
+            ).on_conflict_do_nothing(index_elements=[job_flags.c.job, job_flags.c.kind]))
+            return bool(done.rowcount)
+
+        return self._store._write(write)
+
+    def of_job(self, job: str) -> list[JobFlag]:
+        """The job's flags, oldest first (a row this code cannot read is left out)."""
+
+        def read(conn: Connection) -> list[str]:
+            query = sa.select(job_flags.c.payload).where(job_flags.c.job == job).order_by(
+                job_flags.c.at, job_flags.c.kind)
+            return [row.payload for row in conn.execute(query)]
+
+        out = []
+        for payload in self._store._read(read):
+            try:
+                out.append(JobFlag.from_json(payload))
+            except ValueError:  # msgspec's DecodeError/ValidationError: a later version's
+                continue
+        return out

@@ -158,4 +158,15 @@ alerts_sent = sa.Table(
     sa.Column("subject", sa.Text(), nullable=False),
 )
 
-TABLES: Final = (events, jobs, summaries, daily_days, daily_groups, daily_jobs, alerts_sent)
+# Flags on jobs (migration 0004): one per job and kind (`ett.flags.JobFlag`, as JSON).
+job_flags = sa.Table(
+    "ett_job_flags",
+    metadata,
+    sa.Column("job", sa.String(), primary_key=True),
+    sa.Column("kind", sa.String(32), primary_key=True),
+    sa.Column("at", sa.Double(), nullable=False),
+    sa.Column("payload", sa.Text(), nullable=False),
+)
+
+TABLES: Final = (events, jobs, summaries, daily_days, daily_groups, daily_jobs, alerts_sent,
+                 job_flags)

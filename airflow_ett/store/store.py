@@ -57,7 +57,7 @@ from airflow_ett.store.errors import (
 from airflow_ett.store.schema import RUNNING, events, jobs, summaries
 
 if TYPE_CHECKING:
-    from airflow_ett.store.alerts_sent import SentAlerts
+    from airflow_ett.store.alerts import JobFlags, SentAlerts
     from airflow_ett.store.daily import DailyRollups
 
 log = logging.getLogger(__name__)
@@ -231,10 +231,17 @@ class EttStore:
 
     @property
     def alerts(self) -> SentAlerts:
-        """What the nightly rollup's alerts reached (`store/alerts_sent.py`)."""
-        from airflow_ett.store.alerts_sent import SentAlerts
+        """What the nightly rollup's alerts reached (`store/alerts.py`)."""
+        from airflow_ett.store.alerts import SentAlerts
 
         return SentAlerts(self)
+
+    @property
+    def flags(self) -> JobFlags:
+        """Flags raised on jobs (`store/alerts.py`)."""
+        from airflow_ett.store.alerts import JobFlags
+
+        return JobFlags(self)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -7,11 +7,17 @@ month of days, run after run, is tests/operators/test_rollup_task.py: the same c
 The store holds the hand-computed jobs of tests/rollup/scenarios.py, placed on the two
 days before today (UTC): job A across their midnight, job B on the second day. Figures
 worked out in tests/rollup/test_day.py.
+
+Alerts: the components file (the bundled SLOs) names a notifier whose class lives beside
+the DAG (a real `BaseNotifier` that appends what it was asked to send to a file): each
+run alerts its own day (both days miss ETT% >= 90), and the rerun of a day sends nothing
+it sent before.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +27,7 @@ import pytest
 
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
 from airflow_ett.rollup import day_window
+from airflow_ett.rollup.components import default_components_file
 from airflow_ett.store import EttStore, upgrade
 from tests.airflow_db import migrate
 from tests.components import WITHOUT_TRIGGERER
@@ -76,6 +83,64 @@ def _backfill(af: EmbeddedAirflow, today: dt.date) -> tuple[dt.date, dt.date]:
     return first_day, last_day
 
 
+NOTIFIER = '''
+import json
+from airflow.sdk import BaseNotifier
+
+class AlertLog(BaseNotifier):
+    template_fields = ("subject", "text")
+
+    def __init__(self, path, subject="", text=""):
+        super().__init__()
+        self.path, self.subject, self.text = path, subject, text
+
+    def notify(self, context):
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"key": context["ett_alert"].key, "subject": self.subject,
+                                  "text": self.text}) + "\\n")
+'''
+
+
+def _alerts_sent(log: Path) -> list[dict[str, str]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+def _alerting_components(tmp_path: Path, dags: Path) -> tuple[Path, Path]:
+    """A components file (the bundled SLOs) whose alerts go to the `AlertLog` notifier
+    beside the nightly DAG, both put in `dags`; returns it and the file the notifier
+    appends to."""
+    dags.mkdir()
+    shutil.copy(DAG_FILE, dags / DAG_FILE.name)
+    (dags / "ett_alert_log.py").write_text(NOTIFIER, encoding="utf-8")
+    alert_log = tmp_path / "alerts.jsonl"
+    components = tmp_path / "components.toml"
+    components.write_text(default_components_file().read_text(encoding="utf-8") + f'''
+[alerts]
+notify = ["log"]
+fleet_url = "https://airflow.example.com/ett/"
+[notifiers.log]
+class = "ett_alert_log.AlertLog"
+path = "{alert_log}"
+''', encoding="utf-8")
+    return components, alert_log
+
+
+def _check_each_night_alerted_its_day(log: Path, day1: dt.date, day2: dt.date) -> list[str]:
+    """Both days miss ETT% >= 90: each run alerted its own day, once; the keys sent."""
+    sent = _alerts_sent(log)
+    keys = [a["key"] for a in sent]
+    assert f"{day1}/effective_training" in keys and f"{day2}/effective_training" in keys
+    assert len(keys) == len(set(keys))
+    ett2 = next(a for a in sent if a["key"] == f"{day2}/effective_training")
+    assert ett2["subject"].startswith(f"[ETT] effective_training SLO breached on {day2}: "
+                                      "88.24% (SLO >=90%")
+    assert ett2["text"].endswith(f"fleet page: https://airflow.example.com/ett/?from="
+                                 f"{day2}&to={day2}\n")
+    return keys
+
+
 def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Path) -> None:
     today = dt.datetime.now(dt.UTC).date()
     day1, day2 = today - dt.timedelta(days=2), today - dt.timedelta(days=1)
@@ -85,12 +150,12 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
     with EttStore(url) as store:
         store.insert_events([*job_a(lo2), *job_b(lo2)])
     dags = tmp_path / "dags"
-    dags.mkdir()
-    shutil.copy(DAG_FILE, dags / DAG_FILE.name)
+    components, alert_log = _alerting_components(tmp_path, dags)
     reports = tmp_path / "reports"
     env = {"AIRFLOW__ETT__STORE_URL": url, "AIRFLOW__ETT__REPORT_DIR": str(reports),
            "AIRFLOW__ETT__ROLLUP_TIMEZONE": "UTC", "AIRFLOW__ETT__ROLLUP_CATCHUP_DAYS": "2",
-           "AIRFLOW__ETT__ROLLUP_RECOMPUTE_DAYS": "2"}
+           "AIRFLOW__ETT__ROLLUP_RECOMPUTE_DAYS": "2",
+           "AIRFLOW__ETT__COMPONENTS_FILE": str(components)}
     with EmbeddedAirflow(tmp_path / "home", dags, extra_env=env) as af:
         migrate(af)
         af.start(WITHOUT_TRIGGERER)
@@ -119,12 +184,15 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
         # (A's hour, 2 GPUs) 100 x 6,000 / 7,200 = 83.3, so +4.9
         assert (reports / day2.isoformat() / "report.txt").read_text().startswith(
             "fleet ETT% 88.2 (+4.9)   jobs 2")
+        keys = _check_each_night_alerted_its_day(alert_log, day1, day2)
 
         # Late events for day 2 arrive; rerunning that day corrects it, nothing doubles.
         with EttStore(url) as store:
             store.insert_events(late_job(lo2))
         run_id = af.trigger(DAG_ID, conf={"date": day2.isoformat()})
         assert af.wait_for_run(DAG_ID, run_id, timeout=240.0) == "success"
+        again = [a["key"] for a in _alerts_sent(alert_log)]
+        assert again[:len(keys)] == keys and len(again) == len(set(again))  # none twice
 
         first_day, last_day = _backfill(af, today)
     with EttStore(url) as store:

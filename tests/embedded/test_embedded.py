@@ -55,8 +55,13 @@ def test_secrets_persist_in_home_and_extra_env_wins(tmp_path: Path) -> None:
     second = EmbeddedAirflow(tmp_path / "home", tmp_path / "dags",
                              extra_env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url})
     assert (tmp_path / "home" / SECRETS_FILE).stat().st_mode & 0o077 == 0
-    for key in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY"):
+    for key in ("AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
+                "AIRFLOW__CORE__FERNET_KEY"):
         assert first.env[key] == second.env[key]
+    from cryptography.fernet import Fernet  # a key Airflow's Fernet takes
+
+    token = Fernet(first.env["AIRFLOW__CORE__FERNET_KEY"]).encrypt(b"kwargs")
+    assert Fernet(second.env["AIRFLOW__CORE__FERNET_KEY"]).decrypt(token) == b"kwargs"
     assert second.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == url
     # A port is drawn when none is given; the log servers get their own.
     ports = {first.api_port, int(first.env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"]),

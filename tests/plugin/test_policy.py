@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from airflow_ett.operators import training_job
 from airflow_ett.plugin import policy
 from airflow_ett.plugin.priority import EttTenantPriority
+from airflow_ett.plugin.tts_watch import CALLBACK, DEADLINE_NAME
 from airflow_ett.scheduling import tenants
 from airflow_ett.scheduling.rules import SCALE, aged_weight, arrival_of_run
 
@@ -27,6 +29,7 @@ aging_per_hour = 2.0
 priority = 10
 quota_gpus = 4
 borrow_limit_gpus = 2
+max_tts_s = 1800
 
 [tenants.batch]
 priority = 1
@@ -69,6 +72,20 @@ def test_lifecycle_tasks_get_their_tenants_settings(tenants_file: Path) -> None:
         assert task.pool == "default_pool" and isinstance(task.weight_rule, EttTenantPriority)
 
 
+def test_a_command_jobs_train_task_follows_its_tenant_too(tenants_file: Path) -> None:
+    """Bring-your-own-trainer jobs are training jobs: pool, queue, priority, deadline."""
+    dag = training_job("ads_own", command=["python", "train.py"], model="own", tenant="ads",
+                       nproc=2)
+    apply(dag)
+    train = dag.get_task("train")  # type: ignore[attr-defined]
+    assert (train.pool, train.pool_slots, train.queue, train.priority_weight) == (
+        "ett_tenant_ads", 2, "gpu", 10)
+    assert [d.name for d in dag.deadline] == [DEADLINE_NAME]  # type: ignore[attr-defined]
+    with pytest.raises(Exception, match="task 'train' trains without retries"):
+        policy.dag_policy(training_job("ads_own", command=["x"], model="own", tenant="ads",
+                                       retries=0))
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"tenant": "adz"}, "tenant 'adz' is not in the tenants file (known: ads, batch)"),
     ({"tenant": "default"}, "(training_job() says 'default' when no tenant=... is given)"),
@@ -83,6 +100,31 @@ def test_a_dag_breaking_a_rule_is_rejected_for_its_owner(
         policy.dag_policy(job(**changes))
     assert "DAG 'ads_ctr' breaks the training fleet's rules: (1) " in str(exc.value)
     assert message in str(exc.value)
+
+
+def test_a_tenants_time_to_start_bound_is_a_deadline_on_its_dags(tenants_file: Path) -> None:
+    from airflow.sdk.definitions.callback import AsyncCallback
+    from airflow.sdk.definitions.deadline import DagRunQueuedAtDeadline, DeadlineAlert
+
+    async def own_callback(context: object = None) -> None:
+        return None
+
+    own = DeadlineAlert(reference=DagRunQueuedAtDeadline(), interval=dt.timedelta(hours=9),
+                        callback=AsyncCallback(own_callback), name="owner's own")
+    dag = job()
+    dag.deadline = [own]  # type: ignore[attr-defined]
+    apply(dag)
+    apply(dag)  # parsed again: still one of ours
+    mine = [d for d in dag.deadline if d.name == DEADLINE_NAME]  # type: ignore[attr-defined]
+    assert [d.name for d in dag.deadline] == ["owner's own", DEADLINE_NAME]  # type: ignore[attr-defined]
+    (alert,) = mine
+    assert isinstance(alert.reference, DagRunQueuedAtDeadline)  # from queued: TTS's start
+    assert alert.interval == dt.timedelta(seconds=1800)
+    assert (alert.callback.path, alert.callback.kwargs) == (
+        CALLBACK, {"tenant": "ads", "bound_s": 1800.0})
+    batch = job(tenant="batch")
+    apply(batch)
+    assert not batch.deadline  # type: ignore[attr-defined]
 
 
 def test_no_tenants_file_leaves_dags_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,19 +209,27 @@ def test_airflow_loads_the_policies_from_the_entry_point(tmp_path: Path) -> None
             "errors": {{k.rsplit("/", 1)[-1]: v for k, v in bag.import_errors.items()}},
             "train": [train.pool, train.pool_slots, train.queue, train.priority_weight],
             "rule": type(back.get_task("train").weight_rule).__name__,
+            "deadline": back.deadline,
         }}))
         ''')
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__ETT__TENANTS_FILE": str(tmp_path / "tenants.toml")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=180, check=True)
+                         env=env, timeout=180, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["dags"] == ["good"]
     assert "tenant 'nobody' is not in the tenants file (known: ads, batch)" in got["errors"][
         "bad.py"]
     assert got["train"] == ["ett_tenant_ads", 2, "gpu", 10]
     assert got["rule"] == "EttTenantPriority"
+    (deadline,) = got["deadline"]  # as the scheduler reads it from the serialized DAG
+    assert deadline["name"] == "ett_time_to_start"
+    assert deadline["reference"] == {"reference_type": "DagRunQueuedAtDeadline"}
+    assert deadline["interval"]["__data__"] == 1800.0
+    assert deadline["callback"]["__data__"] == {"path": CALLBACK, "kwargs": {
+        "tenant": "ads", "bound_s": 1800.0}}
 
 
 def test_the_policies_open_no_database_session(tenants_file: Path,

@@ -54,6 +54,10 @@ def test_a_full_alerting_file_is_read_with_its_notifiers_and_routes(tmp_path: Pa
                                                 {"channel": "#trainer"})})
     assert config.policies["initialization"].notify == ("trainer-team",)  # once
     assert config.policies["shutdown"].notify == ()
+    assert config.alerts.start_notify == ("platform",)  # no tts_notify: where all go
+    own = _parse(GOOD.replace('notify = ["platform"]\n', 'notify = ["platform"]\n'
+                              'tts_notify = ["trainer-team"]\n', 1))
+    assert own.alerts.start_notify == ("trainer-team",)  # type: ignore[attr-defined]
 
 
 def test_the_bundled_file_alerts_nobody_by_default() -> None:
@@ -78,6 +82,9 @@ def test_the_bundled_file_alerts_nobody_by_default() -> None:
      "[alerts], field 'notify': 'ghost' is not a notifier of the file ([notifiers.<name>]: "
      "none defined)"),
     ("[alerts]\nsend_to = 1\n", "[alerts], field 'send_to': unknown field"),
+    ("[alerts]\ntts_notify = [\"ghost\"]\n",
+     "[alerts], field 'tts_notify': 'ghost' is not a notifier of the file"),
+    ("[alerts]\ntts_notify = \"x\"\n", "field 'tts_notify': 'x' is not a list of notifier"),
     ("alerts = 3\n", "[alerts]: must be a table, got 3"),
     ("notifiers = 3\n", "'notifiers' must be tables [notifiers.<name>], got 3"),
     ("[notifiers.x]\nto = \"a\"\n",

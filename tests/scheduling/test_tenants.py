@@ -187,7 +187,8 @@ _INT64 = (-(2**63), 2**63 - 1)  # what a TOML integer can be
 TENANT_RANGES = {"priority": limits.PRIORITY, "quota_gpus": limits.QUOTA_GPUS,
                  "borrow_limit_gpus": limits.BORROW_LIMIT_GPUS, "min_run_s": limits.MIN_RUN_S,
                  "grace_s": limits.GRACE_S,
-                 "max_preemptions_per_day": limits.PREEMPTIONS_PER_DAY}
+                 "max_preemptions_per_day": limits.PREEMPTIONS_PER_DAY,
+                 "max_tts_s": limits.MAX_TTS_S}
 SCHEDULING_RANGES = {"aging_per_hour": limits.AGING_PER_HOUR,
                      "capacity_gpus": limits.CAPACITY_GPUS,
                      "resume_after_s": limits.RESUME_AFTER_S,
@@ -254,7 +255,7 @@ def test_a_quota_above_the_fleet_is_refused_and_quotas_above_it_in_sum_are_a_war
 
 
 KNOWN = ("priority, quota_gpus, borrow_limit_gpus, preemptible, min_run_s, grace_s, "
-         "max_preemptions_per_day")
+         "max_preemptions_per_day, max_tts_s")
 NAME_RULE = ("not a valid tenant name (1 to 50 letters, digits, '_' or '-': it names the "
              "Airflow pool ett_tenant_<name>)")
 BAD_FILES = [

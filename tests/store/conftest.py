@@ -85,7 +85,8 @@ def _truncate(url: str) -> None:
     try:
         with store.engine.begin() as conn:
             conn.exec_driver_sql("TRUNCATE ett_events, ett_jobs, ett_summaries, ett_daily_days, "
-                                  "ett_daily_groups, ett_daily_jobs, ett_alerts_sent")
+                                  "ett_daily_groups, ett_daily_jobs, ett_alerts_sent, "
+                                  "ett_job_flags")
     finally:
         store.close()
 

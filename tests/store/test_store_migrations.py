@@ -40,7 +40,7 @@ def test_upgrade_creates_schema_and_is_idempotent(
     assert current(fresh_url) == head()
     assert _tables(fresh_url) == {"ett_events", "ett_jobs", "ett_summaries", "ett_daily_days",
                                   "ett_daily_groups", "ett_daily_jobs", "ett_alerts_sent",
-                                  VERSION_TABLE}
+                                  "ett_job_flags", VERSION_TABLE}
     upgrade(fresh_url)
     assert current(fresh_url) == head()
     with EttStore(fresh_url) as store:

@@ -520,6 +520,8 @@ def _run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool
                   for f in s.failures],
         published=_published(events), timeline=timeline,
         warnings=[*s.warnings, *_silence(a, events, now, silent_after_s), *window_notes],
+        flags=[models.Flag(kind=f.kind, at=f.at, message=f.message, bound_s=f.bound_s,
+                           waited_s=f.waited_s) for f in store.flags.of_job(s.job)],
         figures=specs)
 
 

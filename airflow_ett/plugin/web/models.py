@@ -253,6 +253,17 @@ class Timeline(_Model):
     failures: list[FailureMark]
 
 
+class Flag(_Model):
+    """Something a person should know about the run (`ett.flags.JobFlag`): a job late to
+    start, flagged when its tenant's time-to-start bound passed while it still waited."""
+
+    kind: str
+    at: float
+    message: str
+    bound_s: float
+    waited_s: float
+
+
 class Run(_Model):
     job: str
     dag_id: str
@@ -279,5 +290,7 @@ class Run(_Model):
     published: list[Published]
     timeline: Timeline
     warnings: list[str]
+    flags: list[Flag] = Field(default_factory=list,
+                              description="raised while it ran (a late start), oldest first")
     figures: dict[str, dict[str, Any]] | None = Field(
         default=None, description="plotly figure specs (with ?figures=true): timeline")

@@ -252,3 +252,24 @@ def test_odd_run_ids_link_to_their_own_page(tmp_path: Path) -> None:
             body = c.get(html.unescape(json_link[1])).json()
             assert body["job"] == html.unescape(job), (job, json_link[1])
 
+
+def test_a_run_flagged_late_to_start_says_so_on_its_page_and_in_its_json(
+        client: Client, store: EttStore, fleet: F.Fleet) -> None:
+    from airflow_ett.ett.flags import time_to_start_flag
+    from airflow_ett.jobs import job_id_for
+
+    job = job_id_for(F.DAG_A, fleet.running_run_id)
+    flag = time_to_start_flag(job, started=False, tenant="t", bound_s=600.0, queued_at=0.0,
+                              now=900.0)
+    assert flag is not None
+    path = f"/runs/{F.DAG_A}/{fleet.running_run_id}"
+    assert 'data-flag="' not in client().get(path, headers=HTML).text
+    store.flags.raise_flag(flag)
+    page = client().get(path, headers=HTML).text
+    assert ('<li class="flag" data-flag="time_to_start">Flagged 1970-01-01 00:15:00 UTC: '
+            f"{escape(flag.message)}</li>") in page
+    body = client().get(f"/api/v1{path}").json()
+    assert body["flags"] == [{"kind": "time_to_start", "at": 900.0, "message": flag.message,
+                              "bound_s": 600.0, "waited_s": 900.0}]
+    other = client().get(f"/api/v1/runs/{F.DAG_A}/scheduled__a1").json()
+    assert other["flags"] == []
