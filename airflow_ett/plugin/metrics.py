@@ -1,10 +1,11 @@
 """ETT figures out through Airflow's own metrics, so existing dashboards can show them.
 
 Per finished job: ETT%, E2E, effective time (also in GPU-time: times the job's GPUs, so
-that a dashboard's fleet ETT% weighs GPU time as the rollup's does, decision 0010), TTS,
-each TTR, NoF by cause and CSBT, tagged with the DAG, tenant and model; per process: the
-emitter's counters (events sent, spooled, dropped, ...). Names, kinds and units are in
-docs/metrics.md.
+that a dashboard's fleet ETT% weighs GPU time as the rollup's does, decision 0010), each
+Level-2 component's GPU time (the fleet's shares), TTS, each TTR, NoF by cause and CSBT,
+tagged with the DAG, tenant and model; per process: the emitter's counters (events sent,
+spooled, dropped, ...). Names, kinds and units are in docs/metrics.md; the Grafana
+dashboard over them is docs/grafana/airflow-ett.json.
 
 Why through Airflow's `Stats` and not a client of our own: the deployment has already
 said where metrics go (`[metrics] statsd_on`, `statsd_datadog_enabled`, `otel_on`, their
@@ -42,6 +43,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from airflow_ett.emit._log import RateLimitedLog
+from airflow_ett.ett.phases import COMPONENTS
 
 if TYPE_CHECKING:
     from airflow_ett.emit import Emitter, EmitterStats
@@ -116,6 +118,11 @@ def job_metrics(summary: JobSummary) -> list[Metric]:
         m("gpu_e2e", "timing", _ms(summary.e2e_s) * summary.world_size),
         m("gpu_effective", "timing", _ms(summary.effective_s) * summary.world_size),
     ]
+    # GPU-ms of each Level-2 component, zeros included (every series exists): the fleet's
+    # share of c is sum(gpu_component.c) / sum(gpu_e2e); the six add up to gpu_e2e.
+    out.extend(m(f"gpu_component.{c}", "timing",
+                 _ms(summary.components.get(c, 0.0)) * summary.world_size)
+               for c in COMPONENTS)
     if summary.started:
         out.append(m("tts", "timing", _ms(summary.tts_s)))
     out.extend(m("ttr", "timing", _ms(ttr)) for ttr in summary.ttr_s)

@@ -28,6 +28,7 @@ import pytest
 
 from airflow_ett.emit import Emitter, EmitterStats
 from airflow_ett.ett.attribution import attribute_job
+from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.ett.summary import JobSummary
 from airflow_ett.ett.synthetic import InjectedFailure, JobSpec, simulate
 from airflow_ett.plugin import metrics
@@ -89,6 +90,15 @@ def test_job_metrics_are_the_summary_s_figures_in_airflow_units() -> None:
     for name, seconds in (("gpu_e2e", s.e2e_s), ("gpu_effective", s.effective_s)):
         assert one(name).kind == "timing"
         assert one(name).value == pytest.approx(seconds * 1000.0 * s.world_size), name
+    # GPU-ms per Level-2 component, all six (zeros too): a fleet's share is
+    # sum(gpu_component.c) / sum(gpu_e2e), so the six add up to gpu_e2e
+    parts = {c: one(f"gpu_component.{c}") for c in COMPONENTS}
+    assert {p.kind for p in parts.values()} == {"timing"}
+    for c, part in parts.items():
+        assert part.value == pytest.approx(s.components[c] * 1000.0 * s.world_size), c
+    assert sum(p.value for p in parts.values()) == pytest.approx(one("gpu_e2e").value)
+    assert parts["effective_training"].value == pytest.approx(one("gpu_effective").value)
+    assert sum(p.value > 0 for p in parts.values()) >= 4  # the case spreads its time
     ttrs = got["ett.job.ttr"]
     assert [m.kind for m in ttrs] == ["timing"] * 3
     assert [m.value for m in ttrs] == pytest.approx([t * 1000.0 for t in s.ttr_s])
@@ -101,7 +111,7 @@ def test_job_metrics_are_the_summary_s_figures_in_airflow_units() -> None:
     assert set(got) == {f"ett.job.{n}" for n in (
         "finished", "ett_pct", "e2e", "effective", "gpu_e2e", "gpu_effective", "tts", "ttr",
         "csbt")} | {
-        f"ett.job.nof.{c}" for c in nof}
+        f"ett.job.nof.{c}" for c in nof} | {f"ett.job.gpu_component.{c}" for c in COMPONENTS}
 
 
 def test_a_provisional_job_sends_nothing() -> None:
@@ -435,6 +445,9 @@ def test_plain_statsd_receives_the_lines_with_tags_in_the_names(tmp_path: Path) 
             s.ttr_s[0] * 1000)
         assert float(got[(f"af.ett.job.csbt{suffix}", "ms")]) == pytest.approx(
             s.csbt_s * 1000)
+        for c in COMPONENTS:  # world_size 1: GPU-ms are ms
+            assert float(got[(f"af.ett.job.gpu_component.{c}{suffix}", "ms")]) == \
+                pytest.approx(s.components[c] * 1000), c
         assert got[(f"af.ett.job.nof.infra{suffix}", "c")] == "1"
         assert got[(f"af.ett.job.nof.preemption{suffix}", "c")] == "0"
         assert got[(f"af.ett.job.finished{suffix}", "c")] == "1"
