@@ -139,6 +139,12 @@ def job_view(d: Mapping[str, Any], *, top_phases: int = 8,
     ck = _dict(d.get("checkpoints"))
     lines.append(f"  CSBT   {_s(d.get('csbt_s'))} over {ck.get('saves', '-')} saves   shutdown "
                  f"{_s(d.get('shutdown_s'))}   in-loop waste {_s(d.get('in_loop_waste_s'))}")
+    slow = _dict(d.get("slow_steps"))
+    if slow:
+        lines.append(f"  slow steps  {_s(slow.get('lost_s'))} of effective training "
+                     f"({_num(slow.get('lost_pct_of_effective'), '.1f')}%) above the ideal step "
+                     f"time {_num(slow.get('ideal_step_s'), '.4g')} s; {slow.get('slow_spans')} "
+                     f"of {slow.get('spans')} progress spans slow")
     if d.get("model_available_after_release_s") is not None:
         lines.append("  model available "
                      f"{_s(d['model_available_after_release_s'])} after the GPUs were released")

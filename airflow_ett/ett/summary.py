@@ -80,6 +80,20 @@ class CheckpointTotals(_Part, frozen=True):
     bytes: int
 
 
+class SlowStepsRow(_Part, frozen=True):
+    """Level 3 inside effective training (`ett/attribution/slow_steps.py`): the job's
+    ideal step time (steps-weighted median of its steady spans) and the effective time
+    lost to steps slower than it."""
+
+    ideal_step_s: float
+    effective_steps: float
+    steady_steps: float
+    spans: int
+    slow_spans: int  # spans more than 10% slower than the ideal
+    lost_s: float
+    lost_pct_of_effective: float
+
+
 #: The keys of the compact form the model manifest carries (`JobSummary.compact`).
 COMPACT_KEYS: Final = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
                        "shutdown_s", "components", "provisional")
@@ -121,6 +135,9 @@ class JobSummary(_Part, frozen=True):
     world_size: int = 1
     synthetic: bool = False
     version: int = FIRST_VERSION
+    # Level 3 inside effective training; None: no effective step to measure. Added after
+    # the first rows (a cached row without the key is computed again: `lacks_row_fields`)
+    slow_steps: SlowStepsRow | None = None
 
     @property
     def failure_count(self) -> int:
@@ -174,12 +191,15 @@ class JobSummary(_Part, frozen=True):
 
 
 def lacks_row_fields(data: object) -> bool:
-    """Whether a JSON form's attempt or failure rows lack a field this code writes: a
-    form computed before the field was added (an attempt's `message`, say). Its numbers
+    """Whether a JSON form lacks a field this code writes: `slow_steps`, or one of its
+    attempt or failure rows' (an attempt's `message`, say), in a form computed before the
+    field was added. Its numbers
     still read (the field has a default), but a reader shown it would miss what the
     events say; the store computes such a cached form again (`EttStore.summary`)."""
     if not isinstance(data, dict):
         return False
+    if "attempts" in data and "slow_steps" not in data:  # a summary from before it
+        return True
     for key, row_type in (("attempts", AttemptRow), ("failures", FailureRow)):
         rows = data.get(key)
         if isinstance(rows, list) and any(

@@ -41,3 +41,11 @@ def fmt_duration(seconds: float | None) -> str:
     if abs(v) >= 120:
         return f"{v / 60:.1f} min"
     return f"{v:.1f} s"
+
+
+def fmt_step(seconds: float | None) -> str:
+    """A step time: milliseconds below a second (`42.5 ms`), else seconds (`1.25 s`)."""
+    v = _finite(seconds)
+    if v is None:
+        return "-"
+    return f"{v * 1000:.1f} ms" if abs(v) < 1 else f"{v:.2f} s"

@@ -271,3 +271,14 @@ def test_runs_show_is_the_plain_report(tmp_path: Path,
     assert main(["runs", "show", EXAMPLE_SPEC.job, "--store-url", url]) == 0
     out = capsys.readouterr().out
     assert out == render_row(_example_dict()) + "\n"
+
+
+def test_level1_says_the_slow_steps_and_the_ideal_step_time() -> None:
+    d = _example_dict()
+    slow = d["slow_steps"]
+    out = render_row(d)
+    assert (f"  slow steps  {slow['lost_s']:.1f} s of effective training "
+            f"({slow['lost_pct_of_effective']:.1f}%) above the ideal step time "
+            f"{slow['ideal_step_s']:.4g} s; {slow['slow_spans']} of {slow['spans']} progress "
+            "spans slow") in out
+    assert "slow steps" not in render_row({**d, "slow_steps": None})

@@ -31,8 +31,10 @@ TOP_KEYS = [
     "ended_at", "ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "ttr_from_detection_s",
     "nof", "in_loop_waste_s", "shutdown_s", "csbt_s", "components", "phases", "phases_raw",
     "phase_components", "tts_phases", "failures", "attempts", "rates", "checkpoints",
-    "model_available_after_release_s", "warnings", "world_size", "synthetic",
+    "model_available_after_release_s", "warnings", "world_size", "synthetic", "slow_steps",
 ]
+SLOW_KEYS = ["ideal_step_s", "effective_steps", "steady_steps", "spans", "slow_spans",
+             "lost_s", "lost_pct_of_effective"]
 FAILURE_KEYS = ["attempt", "cause", "at", "during_tts", "ttr_s", "detection_s",
                 "ttr_from_detection_s", "stages", "phases"]
 ATTEMPT_KEYS = ["attempt", "start", "end", "status", "cause", "exit_code", "inferred",
@@ -58,6 +60,7 @@ def test_the_json_form_has_todays_keys_in_todays_order() -> None:
     assert d["failures"] and all(list(f) == FAILURE_KEYS for f in d["failures"])
     assert d["attempts"] and all(list(a) == ATTEMPT_KEYS for a in d["attempts"])
     assert list(d["rates"]) == RATES_KEYS
+    assert list(d["slow_steps"]) == SLOW_KEYS
     assert list(d["checkpoints"]) == CHECKPOINT_KEYS
     # the struct holds nothing the JSON leaves out but its version
     assert [f for f in JobSummary.__struct_fields__ if f != "version"] == TOP_KEYS

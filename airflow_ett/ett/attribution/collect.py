@@ -36,8 +36,8 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.ett.timeline import US_PER_S, to_us
 
-Span = tuple[int, int, int, int]
-"""One progress report: start and end (microseconds), cursor start and end."""
+Span = tuple[int, int, int, int, int]
+"""One progress report: start and end (microseconds), cursor start and end, steps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +188,8 @@ def collect(events: list[Event]) -> Collected:
                 earliest = t
             if last_attempt is None or last_attempt.id != e.attempt:
                 last_attempt = out.attempt(e.attempt)
-            last_attempt.spans.append((rnd(e.start_ts * us), t, e.cursor_start, e.cursor_end))
+            last_attempt.spans.append((rnd(e.start_ts * us), t, e.cursor_start, e.cursor_end,
+                                       e.step_end - e.step_start))
         else:
             if t < earliest and not e.rank:
                 earliest = t

@@ -78,7 +78,7 @@ def _lay_steps(add: Callable[[int, int, str], None], spans: Sequence[Span], star
     `start`) and the high-water mark after them."""
     t = start
     gap = "startup_other"
-    for span_start, span_end, c0, c1 in spans:
+    for span_start, span_end, c0, c1, _steps in spans:
         lo = span_start if span_start > t else t
         if lo > end:
             lo = end

@@ -17,6 +17,7 @@ from airflow_ett.ett.attribution.level1 import level1
 from airflow_ett.ett.attribution.level2 import level2
 from airflow_ett.ett.attribution.precedence import overlay
 from airflow_ett.ett.attribution.result import AttributionError, JobAttribution
+from airflow_ett.ett.attribution.slow_steps import slow_steps
 from airflow_ett.ett.attribution.window import job_window
 from airflow_ett.ett.events import Event, event_to_json
 
@@ -81,7 +82,9 @@ def _attribute_unique(job: str, events: list[Event], now: float | None, *,
     timeline = overlay(implied.timeline, explicit)
     l2 = level2(timeline, explicit)
     l1 = level1(timeline, window, closed.attempts, implied.last_progress, l2.phase_components)
+    slow = slow_steps(closed.attempts, timeline, l2.phase_components)
     warnings = [f"{conflicts} event id(s) reused with different content"] if conflicts else []
     warnings += [*window.warnings, *closed.warnings, *explicit.warnings]
     return assemble(job, collected=collected, window=window, attempts=closed.attempts,
-                    explicit=explicit, timeline=timeline, l2=l2, l1=l1, warnings=warnings)
+                    explicit=explicit, timeline=timeline, l2=l2, l1=l1, warnings=warnings,
+                    slow=slow)

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_ett.ett.attribution.slow_steps import SlowSteps
 from airflow_ett.ett.events import FAILURE_CAUSES
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
 from airflow_ett.ett.summary import (
@@ -21,6 +22,7 @@ from airflow_ett.ett.summary import (
     FailureRates,
     FailureRow,
     JobSummary,
+    SlowStepsRow,
 )
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
 
@@ -90,6 +92,9 @@ class JobAttribution:
     #: their attempts: per-rank rows for whoever renders them. They count in the timeline
     #: only where rank 0 showed nothing (see `precedence`).
     rank_phases: tuple[tuple[int, int, int, str], ...] = ()
+    #: Level 3 inside effective training: the ideal step time and the time lost to steps
+    #: slower than it (`slow_steps.py`); None without an effective step to measure.
+    slow_steps: SlowSteps | None = None
 
     @property
     def effective_us(self) -> int:
@@ -199,7 +204,18 @@ def _summary_of(result: JobAttribution) -> JobSummary:
         world_size=result.world_size,
         synthetic=result.synthetic,
         version=SUMMARY_VERSION,
+        slow_steps=_slow_row(result.slow_steps),
     )
+
+
+def _slow_row(s: SlowSteps | None) -> SlowStepsRow | None:
+    if s is None:
+        return None
+    return SlowStepsRow(ideal_step_s=s.ideal_step_us / 1e6, effective_steps=s.effective_steps,
+                        steady_steps=s.steady_steps, spans=s.spans, slow_spans=s.slow_spans,
+                        lost_s=to_s(s.lost_us),
+                        lost_pct_of_effective=(100.0 * s.lost_us / s.effective_us
+                                               if s.effective_us else 0.0))
 
 
 def _seconds(values_us: dict[str, int]) -> dict[str, float]:

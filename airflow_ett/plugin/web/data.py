@@ -520,6 +520,10 @@ def _run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool
                   for f in s.failures],
         published=_published(events), timeline=timeline,
         warnings=[*s.warnings, *_silence(a, events, now, silent_after_s), *window_notes],
+        slow_steps=None if s.slow_steps is None else models.SlowSteps(
+            ideal_step_s=s.slow_steps.ideal_step_s, lost_s=s.slow_steps.lost_s,
+            lost_pct_of_effective=s.slow_steps.lost_pct_of_effective,
+            spans=s.slow_steps.spans, slow_spans=s.slow_steps.slow_spans),
         flags=[models.Flag(kind=f.kind, at=f.at, message=f.message, bound_s=f.bound_s,
                            waited_s=f.waited_s) for f in store.flags.of_job(s.job)],
         figures=specs)

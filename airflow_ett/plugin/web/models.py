@@ -198,6 +198,17 @@ class Level1(_Model):
     model_available_after_release_s: float | None
 
 
+class SlowSteps(_Model):
+    """Level 3 inside effective training (`JobSummary.slow_steps`): the run's ideal step
+    time and the effective time lost to steps slower than it."""
+
+    ideal_step_s: float
+    lost_s: float
+    lost_pct_of_effective: float
+    spans: int
+    slow_spans: int = Field(description="progress spans over 10% slower than the ideal")
+
+
 class Component(_Model):
     component: str
     seconds: float
@@ -290,6 +301,9 @@ class Run(_Model):
     published: list[Published]
     timeline: Timeline
     warnings: list[str]
+    slow_steps: SlowSteps | None = Field(
+        default=None, description="Level 3 inside effective training; none before an "
+                                  "effective step")
     flags: list[Flag] = Field(default_factory=list,
                               description="raised while it ran (a late start), oldest first")
     figures: dict[str, dict[str, Any]] | None = Field(

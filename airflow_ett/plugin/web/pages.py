@@ -74,7 +74,8 @@ def environment() -> jinja2.Environment:
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
         lstrip_blocks=True)
     env.filters.update(pct=fmt.fmt_pct, delta=fmt.fmt_delta, gpu_h=fmt.fmt_gpu_h,
-                       dur=fmt.fmt_duration, utc=_utc, nof=_nof, window=_window,
+                       dur=fmt.fmt_duration, step=fmt.fmt_step, utc=_utc, nof=_nof,
+                       window=_window,
                        q=lambda v: quote(str(v), safe=""),
                        rate=lambda v: "-" if v is None else f"{v:.3f}")
     env.globals.update(colours=report.COMPONENT_COLOURS, cause_colours=report.CAUSE_COLOURS)

@@ -273,3 +273,21 @@ def test_a_run_flagged_late_to_start_says_so_on_its_page_and_in_its_json(
                               "bound_s": 600.0, "waited_s": 900.0}]
     other = client().get(f"/api/v1/runs/{F.DAG_A}/scheduled__a1").json()
     assert other["flags"] == []
+
+
+def test_the_run_page_shows_its_slow_steps(client: Client, store: EttStore) -> None:
+    summary = store.job_summary(f"{F.DAG_A}__scheduled__a1")
+    slow = summary.slow_steps
+    assert slow is not None
+    page = client().get(f"/runs/{F.DAG_A}/scheduled__a1", headers=HTML).text
+    row = re.search(r'<tr data-metric="slow_steps"><td>([^<]*)</td><td class="num">([^<]*)<',
+                    page)
+    assert row is not None
+    assert row.group(1) == ("slow steps (inside effective training; ideal step "
+                            f"{fmt.fmt_step(slow.ideal_step_s)})")
+    assert row.group(2) == (f"{fmt.fmt_duration(slow.lost_s)} "
+                            f"({fmt.fmt_pct(slow.lost_pct_of_effective)} of effective; "
+                            f"{slow.slow_spans} of {slow.spans} spans slow)")
+    body = client().get(f"/api/v1/runs/{F.DAG_A}/scheduled__a1").json()
+    assert body["slow_steps"]["ideal_step_s"] == slow.ideal_step_s
+    assert body["slow_steps"]["lost_s"] == slow.lost_s
