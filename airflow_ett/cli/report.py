@@ -15,6 +15,7 @@ from airflow_ett.cli.rollup import add_day_options, day_range
 if TYPE_CHECKING:
     from airflow_ett.cli.common import Subcommands
     from airflow_ett.rollup import DayRollup
+    from airflow_ett.rollup.compare import WindowParts
     from airflow_ett.store import EttStore
 
 
@@ -30,7 +31,22 @@ def add_parser(sub: Subcommands) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write the report file there (html: default "
                              "[ett] report_dir/<last day>/); text/json/csv print otherwise")
+    parser.add_argument("--compare", nargs=2, type=window_arg, metavar=("D1..D2", "D3..D4"),
+                        help="what moved fleet ETT%% from the first window of stored days to "
+                             "the second, by component, tenant and model, as operated and for "
+                             "the models in both (text or json)")
     parser.set_defaults(func=report_command)
+
+
+def window_arg(text: str) -> tuple[dt.date, dt.date]:
+    """argparse type: a window of days, `D1..D2` (`rollup.compare.parse_window`): a usage
+    error naming the value otherwise."""
+    from airflow_ett.rollup.compare import WindowError, parse_window
+
+    try:
+        return parse_window(text)
+    except WindowError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _stored_days(store: EttStore, first: dt.date, last: dt.date
@@ -46,6 +62,11 @@ def _stored_days(store: EttStore, first: dt.date, last: dt.date
 
 @store_command
 def report_command(args: argparse.Namespace) -> int:
+    """`report`: the days asked for, or, with `--compare`, two windows compared."""
+    return _compare(args) if args.compare is not None else _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     from airflow_ett.console import is_terminal, line, terminal_text
     from airflow_ett.report.files import FILE_NAMES, report_text, write_reports
     from airflow_ett.report.tabular import to_csv, to_json
@@ -88,6 +109,46 @@ def report_command(args: argparse.Namespace) -> int:
         html = settings.report_dir / days[-1].day / FILE_NAMES["html"]
         if html.is_file():
             line(f"report: {html}")
+    return 0
+
+
+def _window(store: EttStore, days: tuple[dt.date, dt.date]) -> WindowParts:
+    """The window's parts, every day of it stored, or one line naming the window and
+    the days missing."""
+    from airflow_ett.rollup.compare import WindowError, window
+
+    first, last = days
+    try:
+        return window(first, last, store.daily.window_parts(first.isoformat(),
+                                                            last.isoformat()))
+    except WindowError as exc:
+        fail(f"--compare: {exc}")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """`report --compare A B`: the comparison of window B against window A."""
+    import msgspec
+
+    from airflow_ett.console import is_terminal
+    from airflow_ett.report.compare import compare_text
+    from airflow_ett.rollup.compare import compare
+    from airflow_ett.store import EttStore
+
+    for option, value in (("--date", args.date), ("--from", args.first), ("--to", args.last),
+                          ("--tz", args.tz), ("--tenant", args.tenant), ("--out", args.out)):
+        if value is not None:
+            fail(f"{option}: not with --compare, which names its own days and shows the "
+                 "whole fleet")
+    if args.format not in ("text", "json"):
+        fail(f"--format: {args.format!r} is not a --compare format: text or json")
+    with EttStore(store_url(args)) as store:
+        before, after = (_window(store, w) for w in args.compare)
+    result = compare(before, after)
+    if args.format == "json":
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result).decode(), indent=2)
+                         + "\n")
+    else:
+        sys.stdout.write(compare_text(result, terminal=is_terminal()) + "\n")
     return 0
 
 

@@ -60,6 +60,9 @@ class DayPart(msgspec.Struct, kw_only=True, gc=False):
     totals: Totals
     savings: Savings
     worst: list[WorstRun] = msgspec.field(default_factory=list)  # the worst first
+    # job-days by GPU count (world size): how the jobs ran, for `compare`'s "changed
+    # platform"; empty in a part stored before it was kept (its day's job rows have it)
+    gpu_counts: dict[int, int] = msgspec.field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -100,6 +103,7 @@ def day_parts(job_days: Iterable[JobDay], *, cut_pct: float, start_s: float,
         part.savings.add(d)
         part.synthetic_jobs += d.synthetic
         part.silent_jobs += d.silent
+        part.gpu_counts[d.gpus] = part.gpu_counts.get(d.gpus, 0) + 1
         if d.lost_gpu_us > 0:
             candidates[key].append(d)
     for key, part in parts.items():

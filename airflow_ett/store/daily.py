@@ -36,6 +36,7 @@ from airflow_ett.store.schema import daily_days, daily_groups, daily_jobs, event
 if TYPE_CHECKING:
     from airflow_ett.ett.attribution import JobAttribution
     from airflow_ett.rollup import ComponentsConfig, DayPart, DayRollup, DayWindow
+    from airflow_ett.rollup.compare import PartSums
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +410,40 @@ class DailyRollups:
         payloads = self._store._read(lambda conn: conn.scalars(query).all())
         decoder = msgspec.json.Decoder(DayPart)
         return sorted((decoder.decode(payload) for payload in payloads), key=lambda p: p.key)
+
+    def window_parts(self, first: str, last: str) -> dict[str, list[PartSums]]:
+        """The parts of every stored day in `[first, last]` (ISO dates), by day, oldest
+        first, in two queries, as the sums a comparison reads (`rollup.compare.PartSums`:
+        the rest of each part's JSON is skipped): what `airflow-ett report --compare`
+        splits a change by. A day stored before its parts counted GPUs
+        (`DayPart.gpu_counts`), or before parts were, is made again from its job rows
+        (`rollup.day_parts`)."""
+        from airflow_ett.rollup import day_parts
+        from airflow_ett.rollup.compare import PartSums, sums_of
+
+        d, g = daily_days.c, daily_groups.c
+        names = sa.select(d.day, d.jobs).where(d.day >= first, d.day <= last).order_by(d.day)
+        rows = (sa.select(g.day, g.payload)
+                .where(g.day >= first, g.day <= last, g.scope == PART_SCOPE))
+
+        def read(conn: Connection) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+            return ([(day, count) for day, count in conn.execute(names).all()],
+                    [(day, payload) for day, payload in conn.execute(rows).all()])
+
+        days, payloads = self._store._read(read)
+        out: dict[str, list[PartSums]] = {day: [] for day, _ in days}
+        decode = msgspec.json.Decoder(PartSums).decode
+        for day, payload in payloads:
+            if day in out:
+                out[day].append(decode(payload))
+        for day, count in days:
+            parts = out[day]
+            if count and (not parts or any(p.totals.jobs and not p.gpu_counts for p in parts)):
+                out[day] = [sums_of(p) for p in day_parts(self.job_days(day), cut_pct=50.0,
+                                                          start_s=60.0)]
+            else:
+                parts.sort(key=lambda p: (p.dag_id or "", p.tenant, p.model))
+        return out
 
     def group_rows(self, day: str, scope: str) -> list[dict[str, Any]]:
         query = (sa.select(daily_groups)

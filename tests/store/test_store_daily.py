@@ -273,3 +273,15 @@ def test_a_day_with_no_job_stores_no_ett(store: EttStore) -> None:
                            .where(daily_days.c.day == "2026-11-28")) is None
     stored = store.daily.day("2026-11-28")
     assert stored == rollup and {row.status for row in stored.slo} == {"none"}
+
+
+def test_a_windows_parts_are_read_by_day_with_their_gpu_counts(store: EttStore) -> None:
+    from airflow_ett.rollup.compare import sums_of
+    from tests.rollup.compare_days import WEEK_1, parts_of, store_days
+
+    store_days(store, load_components(), days=3)
+    by_day = store.daily.window_parts("2026-10-31", "2026-11-02")  # a day before the first
+    assert list(by_day) == ["2026-11-01", "2026-11-02"]  # stored days only, oldest first
+    assert by_day["2026-11-01"] == [sums_of(p) for p in parts_of(WEEK_1)]  # JSON skipped
+    assert [p.gpu_counts for p in by_day["2026-11-02"]] == [{8: 1}, {4: 1}, {8: 1}]
+    assert store.daily.window_parts("2026-11-04", "2026-11-09") == {}

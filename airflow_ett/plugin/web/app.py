@@ -8,6 +8,8 @@ triggerer or a worker. Routes:
   /ett/runs/{dag_id}/{run_id}        one run's ETT breakdown    (HTML; the DAG-run tab)
   /ett/api/v1/fleet?from=&to=        the fleet's figures        (JSON)
   /ett/api/v1/runs/{dag_id}/{run_id} one run's figures          (JSON)
+  /ett/compare?a=D1..D2&b=D3..D4     what moved ETT% between two windows (HTML)
+  /ett/api/v1/compare?a=&b=          the same                   (JSON)
   /ett/openapi.json                  FastAPI's OpenAPI schema of the JSON API
   /ett/static/{name}                 plotly.js, the pages' script, style and icons
 
@@ -33,7 +35,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_ett import __version__
-from airflow_ett.plugin.web import api, pages
+from airflow_ett.plugin.web import api, compare, pages
 from airflow_ett.plugin.web.access import signed_in
 from airflow_ett.report.html import (
     CHARTS_JS_NAME,
@@ -171,6 +173,7 @@ def create_app() -> FastAPI:
         lifespan=_lifespan,
     )
     app.include_router(api.router)
+    app.include_router(compare.router)
     app.include_router(pages.router)
     _install_routes(app)
     _install_errors(app)

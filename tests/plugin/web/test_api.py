@@ -140,7 +140,8 @@ def test_a_store_that_cannot_be_read_is_503(tmp_path: Path) -> None:
 
 def test_the_openapi_schema_lists_the_routes(client: Client) -> None:
     schema = client().get("/openapi.json").json()
-    assert set(schema["paths"]) == {"/api/v1/fleet", "/api/v1/runs/{dag_id}/{run_id}"}
+    assert set(schema["paths"]) == {"/api/v1/fleet", "/api/v1/runs/{dag_id}/{run_id}",
+                                    "/api/v1/compare"}
     fleet_op = schema["paths"]["/api/v1/fleet"]["get"]
     assert {p["name"] for p in fleet_op["parameters"]} == {"from", "to", "figures"}
     assert fleet_op["responses"]["200"]["content"]["application/json"]["schema"] == {

@@ -29,6 +29,8 @@ PATHS = {
     "/runs/{dag_id}/{run_id:path}": f"/runs/{F.DAG_A}/scheduled__a1",
     "/api/v1/fleet": "/api/v1/fleet",
     "/api/v1/runs/{dag_id}/{run_id:path}": f"/api/v1/runs/{F.DAG_A}/scheduled__a1",
+    "/compare": "/compare",
+    "/api/v1/compare": "/api/v1/compare",
     "/openapi.json": "/openapi.json",
     "/static/{name}": "/static/ett.js",
 }
@@ -57,7 +59,7 @@ def test_every_route_depends_on_airflows_get_user() -> None:
 def test_the_data_routes_carry_airflows_dag_access() -> None:
     routes = {r.path: set(_calls(r.dependant)) for r in create_app().routes
               if isinstance(r, APIRoute)}
-    for path in ("/", "/api/v1/fleet"):
+    for path in ("/", "/api/v1/fleet", "/compare", "/api/v1/compare"):
         assert {access.fleet_access, access.dag_scope} <= routes[path], path
     for path in ("/runs/{dag_id}/{run_id:path}", "/api/v1/runs/{dag_id}/{run_id:path}"):
         assert access.run_access in routes[path], path
