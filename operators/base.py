@@ -24,6 +24,7 @@ from airflow_ett.operators.job import (
     materialize,
     reader,
 )
+from airflow_ett.operators.tracing import trainer_trace_env
 from airflow_ett.protocol.env import CHECKPOINT_DIR_ENV, JOB_DIR_ENV
 from airflow_ett.settings import EttSettings
 from airflow_ett.trainer.config import TrainerConfig
@@ -79,8 +80,12 @@ class EttJobOperator(BaseOperator):
         each job lands on its own hosts. Compiles are then shared across jobs only
         through the compile cache (which points inductor at its own directory), so a job
         with the cache off really starts cold and the comparison with it is honest.
+
+        With Airflow's tracing on, the task's trace context too (`tracing.py`).
         """
         env = {} if self.record else {"AIRFLOW__ETT__DISABLED": "True"}
+        if self.record:  # the task's trace context: the trainer's spans go under it
+            env.update(trainer_trace_env())
         if paths is not None and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(paths.job_dir / "inductor")
         if paths is not None:  # where a preemption request is left (protocol/request.py)

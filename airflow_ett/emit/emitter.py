@@ -9,6 +9,12 @@ observed matters more than the observation). Problems are logged, rate-limited, 
 `ETT_ATTEMPT_ID` environment (what the train operator sets for the trainer). A listener
 that reports for many jobs from one process uses `get_emitter().bind(job_id, attempt_id)`:
 views share one writer, its threads and its spool file.
+
+Every event recorded passes `_hand_over`, which is also where a trainer's events become
+trace spans: when the train task gave the process a trace context (`TRACEPARENT`), rank
+0's emitter hands each event to its `EventTracer` as well (`emit/tracing.py`,
+docs/tracing.md), so every trainer that reports through an emitter (ours, every adapter)
+gets the spans. Without it the emitter never imports the tracing module.
 """
 
 from __future__ import annotations
@@ -23,10 +29,10 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from airflow_ett.emit._log import logger, rate_limited
-from airflow_ett.emit.sinks import EventSink, StoreSink
+from airflow_ett.emit.sinks import EventSink, JsonlSink, StoreSink
 from airflow_ett.emit.worker import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LINGER,
@@ -55,10 +61,16 @@ from airflow_ett.ett.events import (
 )
 from airflow_ett.settings import EttSettings
 
+if TYPE_CHECKING:
+    from airflow_ett.emit.tracing import EventTracer, History
+
 JOB_ENV: Final = "ETT_JOB_ID"
 ATTEMPT_ENV: Final = "ETT_ATTEMPT_ID"
 
 _NULL_PHASE: Final = nullcontext("")
+#: The trace context the train task gives its trainer (`emit.tracing.TRACEPARENT_ENV`),
+#: looked up here so that an emitter without it never imports the tracing module.
+_TRACEPARENT_ENV: Final = "TRACEPARENT"
 
 #: What a rank other than 0 reports: its own phases and its attempt's start and end.
 #: Progress and checkpoints are the job's (every rank steps and saves together), so rank 0
@@ -103,6 +115,11 @@ class Emitter:
     everything; another rank stamps its events with its rank and reports only
     `RANK_OWN_EVENTS`, dropping the rest as it records them, so that the spool and the
     store hold each event stamped.
+
+    Rank 0 of an attempt whose environment carries a trace context (`TRACEPARENT`) also
+    turns its events into trace spans (`emit/tracing.py`); `tracing` says whether it does.
+    `flush` and `close` then wait for those too, at most `tracing.FLUSH_TIMEOUT_S` and
+    `tracing.CLOSE_TIMEOUT_S` more.
     """
 
     def __init__(
@@ -131,11 +148,14 @@ class Emitter:
         self._open_spans: dict[str, list[tuple[str, ComponentName | None]]] = {}
         self._spans_lock = threading.Lock()
         self._writer: BackgroundWriter | None = None
+        self._tracer: EventTracer | None = None
         try:
             self._writer = _build_writer(sink, settings, spool_dir, emit_timeout, disabled,
                                          batch_size, linger, queue_size, replay_on_start)
         except Exception as exc:
             logger.error("ETT emit: cannot start, recording is off for this emitter: %s", exc)
+        if self._writer is not None and os.environ.get(_TRACEPARENT_ENV):
+            self._tracer = _start_tracer(self._job, self._attempt, rank, sink, settings)
 
     # -- identity ----------------------------------------------------------------------
 
@@ -155,6 +175,11 @@ class Emitter:
     def writer(self) -> BackgroundWriter | None:
         return self._writer
 
+    @property
+    def tracing(self) -> bool:
+        """Whether this emitter also makes trace spans of its events."""
+        return self._tracer is not None
+
     def bind(self, job_id: str | None = None, attempt_id: str | None = None) -> Emitter:
         """A view for another job/attempt sharing this emitter's writer (no new threads).
 
@@ -168,6 +193,7 @@ class Emitter:
         view._open_spans = {}
         view._spans_lock = threading.Lock()
         view._writer = self._writer
+        view._tracer = None  # spans are the process's own attempt's: not a view's
         return view
 
     def new_id(self) -> str:
@@ -194,6 +220,9 @@ class Emitter:
                 return
             event = with_rank(event, self._rank)
         writer.put(event)
+        tracer = self._tracer
+        if tracer is not None:
+            tracer.record(event)  # a put on its queue; never raises
 
     def _record(self, cls: type[Any], ts: float | None, *, per_attempt: bool,
                 **fields: Any) -> None:
@@ -348,17 +377,34 @@ class Emitter:
         except Exception as exc:
             _swallow(exc)
             return False
+        finally:
+            self._flush_spans(timeout)
 
     def close(self, timeout: float | None = None) -> bool:
         """Flush and stop the writer (a view only flushes). Idempotent."""
         writer = self._writer
         if writer is None:
             return True
+        tracer = self._tracer
+        if tracer is not None:
+            tracer.stop()  # its thread ends its spans while the writer delivers
         try:
             return writer.close(timeout) if self._owner else writer.flush(timeout)
         except Exception as exc:
             _swallow(exc)
             return False
+        finally:
+            if tracer is not None:
+                from airflow_ett.emit.tracing import CLOSE_TIMEOUT_S
+
+                _bounded(tracer.close, CLOSE_TIMEOUT_S, timeout)
+
+    def _flush_spans(self, timeout: float | None) -> None:
+        tracer = self._tracer
+        if tracer is not None:
+            from airflow_ett.emit.tracing import FLUSH_TIMEOUT_S
+
+            _bounded(tracer.flush, FLUSH_TIMEOUT_S, timeout)
 
     def stats(self) -> EmitterStats:
         writer = self._writer
@@ -387,6 +433,41 @@ class Emitter:
     def __repr__(self) -> str:
         state = "on" if self._writer is not None else "off"
         return f"Emitter(job={self._job!r}, attempt={self._attempt!r}, {state})"
+
+
+def _bounded(wait: Callable[[float], bool], most: float, timeout: float | None) -> None:
+    """`wait(t)` for the tracer, `t` at most `most` (and `timeout`, when given)."""
+    try:
+        wait(most if timeout is None else min(most, max(timeout, 0.0)))
+    except Exception as exc:
+        _swallow(exc)
+
+
+def _start_tracer(job: str | None, attempt: str | None, rank: int,
+                  sink: EventSink | str | None, settings: EttSettings | None
+                  ) -> EventTracer | None:
+    """The tracer the environment asks for (docs/tracing.md), or None; never raises.
+    It reads the job's earlier progress where this emitter writes: its events file, or
+    the store (another sink object: not known)."""
+
+    def history() -> History | None:
+        from airflow_ett.emit.tracing import store_history
+
+        if isinstance(sink, JsonlSink):
+            return sink.read
+        if sink is not None and not isinstance(sink, str):
+            return None
+        assert job is not None  # tracer_from_environ asks only with a job
+        url = sink if sink is not None else (settings or EttSettings.load()).store_url
+        return store_history(url, job)
+
+    try:
+        from airflow_ett.emit.tracing import tracer_from_environ
+
+        return tracer_from_environ(job, attempt, rank=rank, history=history)
+    except Exception as exc:
+        logger.warning("ETT traces: off for this process: %s", exc)
+        return None
 
 
 def _missing_ids() -> None:
