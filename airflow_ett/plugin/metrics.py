@@ -258,6 +258,16 @@ def _airflow_conf() -> Any:
     return None
 
 
+def backend_on(conf: Any = None) -> bool:
+    """Whether `[metrics]` sends anywhere (Datadog, StatsD or OpenTelemetry): with none,
+    what would be computed only to be dropped is not computed."""
+    conf = conf if conf is not None else _airflow_conf()
+    if conf is None:
+        return False
+    return any(bool(conf.getboolean("metrics", key, fallback=False))
+               for key in ("statsd_datadog_enabled", "statsd_on", "otel_on"))
+
+
 def backend_drops_tags(conf: Any = None) -> bool:
     """Whether the metrics backend Airflow picks from `[metrics]` drops tags: plain
     StatsD (no InfluxDB tagging), or Datadog told not to send them. Airflow's order:

@@ -123,8 +123,8 @@ class WindowReporter:
                           "ETT metrics: no rolling-window gauges for job %s: %s", self.job,
                           exc)
             return
-        if not settings.sends_metrics:
-            return
+        if not settings.sends_metrics or not metrics.backend_on():
+            return  # off, or nowhere to send: no store reads, no attribution
         self._minutes = settings.windows_min
         wait = settings.metrics_interval_s
         while not self._stopped.wait(wait):

@@ -144,7 +144,8 @@ def test_the_running_run_under_its_real_airflow_run_id(site: Site,
 def test_the_openapi_schema_is_served(site: Site, tokens: dict[str, str]) -> None:
     status, schema = site.get("/ett/openapi.json", tokens[VIEWER])
     assert status == 200, schema
-    assert set(schema["paths"]) == {"/api/v1/fleet", "/api/v1/runs/{dag_id}/{run_id}"}
+    assert set(schema["paths"]) == {"/api/v1/fleet", "/api/v1/runs/{dag_id}/{run_id}",
+                                    "/api/v1/compare"}
     assert schema["servers"] == [{"url": "/ett"}]
     assert "Fleet" in schema["components"]["schemas"]
 

@@ -175,6 +175,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     rec = Recorder()
     monkeypatch.setattr(metrics, "airflow_stats", lambda: rec)
     monkeypatch.setattr(metrics, "backend_drops_tags", lambda conf=None: False)
+    monkeypatch.setattr(metrics, "backend_on", lambda conf=None: True)
     return rec
 
 
@@ -352,3 +353,26 @@ def test_only_a_train_try_on_the_worker_starts_one_and_before_stopping_ends_it(
     sent = len(recorder.gauges)
     time.sleep(0.3)
     assert len(recorder.gauges) == sent
+
+
+def test_with_no_metrics_backend_the_thread_reads_nothing(store: EttStore,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """`[metrics]` sending nowhere: no store read, no attribution, every minute, for
+    nothing (the real `backend_on`, on a configuration with every backend off)."""
+    reads: list[str] = []
+
+    class Spy:
+        def job_events(self, job: str) -> list[object]:
+            reads.append(job)
+            return []
+
+    for key in ("STATSD_ON", "OTEL_ON", "STATSD_DATADOG_ENABLED"):
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", "False")
+    assert metrics.backend_on() is False
+    reporter = WindowReporter(JOB, Spy, fast((5,)))
+    reporter.start()
+    assert reporter.join(5.0)  # it returned at once
+    assert reads == []
+    monkeypatch.setenv("AIRFLOW__METRICS__OTEL_ON", "True")
+    assert metrics.backend_on() is True
