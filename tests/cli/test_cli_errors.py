@@ -186,7 +186,7 @@ DATES = ["9999-12-31", "0001-01-01", "2026-02-29", "2026-13-01", "26-11-28", "20
          "2099-12-31", DAY]
 TZS = ["UTC", "Etc/GMT+12", "Etc/GMT-14", "Mars/Olympus", "", "../../etc/passwd",
        "/etc/localtime", "\x1b", "\udcff", "posixrules", "EST5EDT"]
-URLS = ["{url}", "sqlite:////nonexistent/x.db", "bogus://", "", "sqlite:///{root}",
+URLS = ["{url}", "sqlite:///{file}/x.db", "bogus://", "", "sqlite:///{root}",
         "sqlite:///{file}", "sqlite:///\udcff", "mysql://x/y", "postgresql://u:p@127.0.0.1:1/x",
         "sqlite://", "sqlite:///:memory:", "postgres://a@b@c/d"]
 
