@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_ett.embedded import EmbeddedAirflow
-from airflow_ett.ett.events import CheckpointSaved, Progress
+from airflow_ett.ett.events import AttemptStarted, CheckpointSaved, Progress
 from airflow_ett.jobs import job_id_for
 from airflow_ett.operators.job import job_paths
 from airflow_ett.protocol.request import PreemptRequest, write_request
@@ -80,13 +80,18 @@ def _events(af: EmbeddedAirflow, job: str) -> list[Any]:
 
 def _ask_at_checkpoint(af: EmbeddedAirflow, runs: dict[str, str], stop: threading.Event
                        ) -> None:
-    """The controller's part: once a job's third attempt trains, leave an `at_checkpoint`
-    request in its job directory (the task watches it; the trainer claims it)."""
+    """The controller's part: once a job's third attempt has started, leave an
+    `at_checkpoint` request in its job directory (the task watches it; the trainer claims
+    it at its next periodic save). Asked at the attempt's start, not at its first
+    progress: under load a short attempt could finish between one look at its progress
+    and the request, and then never yield (seen in CI); from its start, every save of the
+    attempt comes after the request."""
     waiting = dict(runs)
-    while waiting and not stop.wait(0.5):
+    while waiting and not stop.wait(0.2):
         for dag_id, run_id in list(waiting.items()):
             job = job_id_for(dag_id, run_id)
-            if any(isinstance(e, Progress) and e.attempt == "1.3" for e in _events(af, job)):
+            if any(isinstance(e, AttemptStarted) and e.attempt == "1.3"
+                   for e in _events(af, job)):
                 now = time.time()
                 write_request(job_paths(af.home / "ett_work", dag_id, run_id).job_dir,
                               PreemptRequest(victim=job, for_job="urgent/run",
