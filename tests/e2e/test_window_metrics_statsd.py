@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 
 DAG = '''
 import time
+from pathlib import Path
 
 from airflow.sdk import DAG, BaseOperator
 
@@ -34,7 +35,11 @@ class Train(BaseOperator):
     ett_role = "train"  # what the listener looks for: the lifecycle's train operators say so
 
     def execute(self, context):
-        time.sleep(14)
+        # runs until the test has seen a gauge sent while it ran (not for a fixed time:
+        # a loaded machine may tick later), at most 5 minutes
+        deadline = time.monotonic() + 300
+        while not Path(RELEASE).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 with DAG("ett_rolling", schedule=None,
@@ -46,7 +51,9 @@ with DAG("ett_rolling", schedule=None,
 def test_a_train_task_s_process_sends_its_rolling_windows(tmp_path: Path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "ett_rolling.py").write_text(textwrap.dedent(DAG))
+    release = tmp_path / "release"
+    (dags / "ett_rolling.py").write_text(textwrap.dedent(DAG).replace(
+        "RELEASE", repr(str(release))))
     server = StatsdServer()
     env = {"AIRFLOW__METRICS__STATSD_ON": "True",
            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
@@ -63,6 +70,8 @@ def test_a_train_task_s_process_sends_its_rolling_windows(tmp_path: Path) -> Non
             af.wait_for_dag("ett_rolling", timeout=120.0)
             af.unpause("ett_rolling")
             run_id = af.trigger("ett_rolling")
+            server.wait_for("ett.window.5m.e2e_s.t.none.ett_rolling", timeout=240.0)
+            release.touch()  # a gauge came while the task ran: let it end
             assert af.wait_for_run("ett_rolling", run_id, timeout=300.0) == "success"
             # the scheduler's finished-job metrics come after the task's last gauges
             server.wait_for("ett.job.finished.t.none.ett_rolling", timeout=60.0)
@@ -78,7 +87,7 @@ def test_a_train_task_s_process_sends_its_rolling_windows(tmp_path: Path) -> Non
 
     for suffix in (dims, ""):
         e2e = values(f"ett.window.5m.e2e_s{suffix}")
-        # one send while the task ran (10 s into its 14), then the 0 at its end
+        # a send while the task ran (every 10 s), then the 0 at its end
         assert len(e2e) >= 2 and e2e[-1] == 0.0 and all(v > 0 for v in e2e[:-1]), e2e
         gpu = values(f"ett.window.60m.gpu_e2e_s{suffix}")
         assert gpu[:-1] == [pytest.approx(4 * v) for v in e2e[:-1]] and gpu[-1] == 0.0
