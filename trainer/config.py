@@ -97,7 +97,7 @@ class FaultEntry(TypedDict, total=False):
     kind: Required[str]
     at_step: Required[int]
     attempt: int | None
-    seconds: float  # a `slow_save`'s extra time
+    seconds: float  # a `slow_save`'s extra time, or a `slow_steps`' per step
     rank: int | None
 
 
@@ -118,6 +118,7 @@ class TrainerOptions(TypedDict, total=False):
     log_every_s: float
     step_sleep_s: float
     hang_timeout_s: float | None
+    rank_report_s: float | None
 
 
 class OwnerParts(TypedDict, total=False):
@@ -210,6 +211,9 @@ class TrainerConfig:
     log_every_s: float = 5.0
     step_sleep_s: float = 0.0  # pad each step (demos of long jobs on a fast CPU model)
     hang_timeout_s: float | None = None  # no step for this long: exit 70 (see watchdog.py)
+    # each rank's own step time, reported about this often (rank_steps.py); None: not
+    # measured (no probe). A job of one process has no other rank to wait for.
+    rank_report_s: float | None = 10.0
     events_file: Path | None = None  # write events here instead of the ETT store
     faults: tuple[FaultSpec, ...] = ()
     optimizations: Optimizations = field(default_factory=Optimizations)
@@ -273,6 +277,8 @@ def _interval(value: object) -> int | str:
 
 
 _FAULT_KEYS = ("kind", "at_step", "attempt", "seconds", "rank")
+#: The faults that take `seconds`: how much longer the save, or each step.
+_TIMED_FAULTS = ("slow_save", "slow_steps")
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -297,11 +303,14 @@ def _faults(raw: object) -> tuple[FaultSpec, ...]:
             f"faults[{i}].attempt", item.get("attempt"), minimum=1, maximum=MAX_ATTEMPT)
         seconds = SLOW_SAVE_S
         if "seconds" in item:
-            if kind != "slow_save":
+            if kind not in _TIMED_FAULTS:
                 raise _bad(f"faults[{i}].seconds", item["seconds"],
-                           f"is for a 'slow_save' fault only, not {kind!r}")
+                           f"is for a {_one_of(_TIMED_FAULTS)} fault only, not {kind!r}")
             seconds = _R.number(f"faults[{i}].seconds", item["seconds"], minimum=0.0,
-                                maximum=MAX_DURATION_S)
+                                maximum=MAX_DURATION_S if kind == "slow_save" else MAX_SLEEP_S)
+        elif kind == "slow_steps":
+            raise _bad(f"faults[{i}].seconds", None,
+                       "a 'slow_steps' fault needs the seconds each step is slowed by")
         rank = None if item.get("rank") is None else _R.integer(
             f"faults[{i}].rank", item.get("rank"), minimum=0, maximum=MAX_WORLD_SIZE - 1)
         out.append(FaultSpec(kind, at_step, attempt, seconds, rank))
@@ -364,6 +373,7 @@ def config_from_mapping(data: Mapping[str, object], *, base_dir: Path | None = N
     if checkpoint_dir is None:
         raise _bad("checkpoint_dir", None, "must be a path (a non-empty string)")
     hang = data.get("hang_timeout_s")
+    rank_report = data.get("rank_report_s", 10.0)
     steps = integer("steps", 0, minimum=1, maximum=MAX_STEPS)
     faults = _faults(data.get("faults", []))
     _faults_within(faults, steps)
@@ -388,6 +398,8 @@ def config_from_mapping(data: Mapping[str, object], *, base_dir: Path | None = N
         log_every_s=seconds("log_every_s", 5.0, positive=True),
         step_sleep_s=seconds("step_sleep_s", 0.0, positive=False, maximum=MAX_SLEEP_S),
         hang_timeout_s=None if hang is None else seconds("hang_timeout_s", 0.0, positive=True),
+        rank_report_s=None if rank_report is None else seconds("rank_report_s", 10.0,
+                                                               positive=True),
         events_file=path("events_file"),
         faults=faults,
         optimizations=optimizations,

@@ -18,8 +18,10 @@ log = logging.getLogger("airflow_ett.trainer")
 
 #: `raise`: an application error; `kill`: SIGKILL (a lost host); `hang`: no progress;
 #: `sigterm`: SIGTERM to itself, a preemption at a known step (the graceful path);
-#: `slow_save`: the periodic save at that step blocks `seconds` longer (slow storage).
-FaultKind = Literal["raise", "kill", "hang", "sigterm", "slow_save"]
+#: `slow_save`: the periodic save at that step blocks `seconds` longer (slow storage);
+#: `slow_steps`: from that step on, each step of the rank takes `seconds` longer (a
+#: straggler: a slow host or data shard; `rank_steps.py` names it).
+FaultKind = Literal["raise", "kill", "hang", "sigterm", "slow_save", "slow_steps"]
 #: How much longer a `slow_save` makes its save, unless the fault says (`seconds`).
 SLOW_SAVE_S: Final = 20.0
 FAULT_KINDS: Final[tuple[FaultKind, ...]] = get_args(FaultKind)
@@ -32,7 +34,9 @@ class FaultSpec:
     process (an infra failure nobody reports), `hang` stops making progress until killed,
     `sigterm` asks it to leave as a preemption does; `slow_save` makes the periodic save
     at that step block `seconds` longer (slow storage: what a save in progress looks like
-    to the preemption controller), and fails nothing.
+    to the preemption controller), and fails nothing; `slow_steps` makes every step after
+    `at_step` take `seconds` longer on its rank, before the step's compute (a straggler:
+    the other ranks wait for it), and fails nothing either.
 
     `rank`: the one rank of a torchrun job it hits (None, the default: every rank, as a
     fault hit every rank before ranks could be named; a fault meant to show one rank's
@@ -64,9 +68,12 @@ class FaultInjector:
                  rank: int = 0,
                  before_fault: Callable[[float], object] | None = None,
                  before_kill: Callable[[], object] | None = None) -> None:
-        self._due = {f.at_step: f for f in faults
-                     if (f.attempt is None or f.attempt == attempt_number)
-                     and (f.rank is None or f.rank == rank)}
+        mine = [f for f in faults if (f.attempt is None or f.attempt == attempt_number)
+                and (f.rank is None or f.rank == rank)]
+        self._due = {f.at_step: f for f in mine if f.kind != "slow_steps"}
+        #: (from the step after, seconds each step): the earliest `slow_steps` fault's
+        self._slow = min(((f.at_step, f.seconds) for f in mine if f.kind == "slow_steps"),
+                         default=None)
         self._attempt = attempt_number
         self._before_fault = before_fault
         self._before_kill = before_kill
@@ -79,6 +86,16 @@ class FaultInjector:
         log.warning("fault injection: slow_save at step %d (attempt %d): the save blocks "
                     "%.0f s longer", step, self._attempt, fault.seconds)
         return fault.seconds
+
+    def step_delay_s(self, step: int) -> float:
+        """How much longer step `step` (1-based) takes on this rank (`slow_steps`), 0 if
+        none; logged once, at the first slowed step."""
+        if self._slow is None or step <= self._slow[0]:
+            return 0.0
+        if step == self._slow[0] + 1:
+            log.warning("fault injection: slow_steps after step %d (attempt %d): each step "
+                        "takes %.3f s longer", self._slow[0], self._attempt, self._slow[1])
+        return self._slow[1]
 
     def after_step(self, step: int, now: float) -> None:
         fault = self._due.get(step)

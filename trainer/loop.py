@@ -53,6 +53,7 @@ from airflow_ett.trainer.identity import DistEnv, Identity
 from airflow_ett.trainer.leaving import Leaving
 from airflow_ett.trainer.model import build_for, shard, single_process
 from airflow_ett.trainer.progress import Progress, StepLogger
+from airflow_ett.trainer.rank_steps import Probe, RankClock, probe_group
 from airflow_ett.trainer.state import (
     TrainExtra,
     TrainState,
@@ -98,6 +99,8 @@ class Trainer:
     _cache_to_save: CompileCache | None = None  # the cache missed: save after the first step
     _cache_saver: threading.Thread | None = None
     _faults: FaultInjector | None = None  # set by `train`: a slow_save acts in `save`
+    _probe: Probe | None = None  # set by `train` when there are ranks to wait for
+    _rank_clock: RankClock | None = None
     _warmed: bool = False  # a warm spare: model built and compiled before it was needed
 
     def __post_init__(self) -> None:
@@ -409,9 +412,19 @@ class Trainer:
     def train(self, batches: Iterator[Batch]) -> int:
         cfg, em = self.cfg, self.emitter
         progress = Progress(em, self.timing.next_save_ts)
+        if cfg.rank_report_s is not None:
+            self._probe = probe_group()  # every rank, here: a collective
+            if self._probe is not None:
+                self._rank_clock = RankClock(em, cfg.rank_report_s)
+
+        def before_fault(now: float) -> None:
+            progress.flush(now)
+            if self._rank_clock is not None:
+                self._rank_clock.flush(now)
+
         self._faults = faults = FaultInjector(
             cfg.faults, self.ident.attempt_number, rank=self.env.rank,
-            before_fault=progress.flush,
+            before_fault=before_fault,
             before_kill=lambda: em.flush(1.0))
         self.timing.start(self.step)
         watchdog = self._watchdog()
@@ -438,7 +451,8 @@ class Trainer:
         periodically is not saved again to leave."""
         first_step = self.step
         while self.step < self.cfg.steps:
-            loss, now = self._step(next(batches), progress)
+            fetch = time.time()  # a rank's own step begins with its batch
+            loss, now = self._step(next(batches), progress, fetch)
             if self.step == first_step + 1:
                 self._after_first_step()
             beat()
@@ -449,13 +463,20 @@ class Trainer:
             faults.after_step(self.step, now)
             if self.preemption.requested:
                 progress.flush(now)
+                self._flush_rank_clock(now)
                 return self.leaving.on_sigterm(self.manager, self.step, self.last_save_step,
                                                self.save, self.preemption.received_at)
         progress.flush()
+        self._flush_rank_clock()
         return EXIT_OK
 
-    def _step(self, batch: Batch, progress: Progress) -> tuple[float, float]:
-        """One training step on `batch`, recorded; returns (loss, when it ended)."""
+    def _flush_rank_clock(self, now: float | None = None) -> None:
+        if self._rank_clock is not None:
+            self._rank_clock.flush(now)
+
+    def _step(self, batch: Batch, progress: Progress, fetch: float) -> tuple[float, float]:
+        """One training step on `batch` (asked for at `fetch`), recorded; returns (loss,
+        when it ended). Every rank's own part comes before the probe (rank_steps.py)."""
         if batch.skipped:
             self.bad_rows.count(batch)
         batch = batch.to(self.env.device)
@@ -464,6 +485,11 @@ class Trainer:
             # a new save begun (scheduling/live.py). The wait is in the save's
             # `checkpoint_saved.blocking_s` (CSBT) and, in the timeline, wasted training.
             self.manager.wait_staged()
+        faults = self._faults
+        delay = 0.0 if faults is None else faults.step_delay_s(self.step + 1)
+        if delay:
+            time.sleep(delay)
+        wait = self._probe() if self._probe is not None else 0.0
         t0 = time.time()
         loss = float(self._train_step(batch))
         if self.cfg.step_sleep_s:
@@ -472,6 +498,8 @@ class Trainer:
         self.step += 1
         self.cursor = batch.cursor_end
         progress.add(self.step, batch.cursor_start, batch.cursor_end, t0, t1, loss)
+        if self._rank_clock is not None:
+            self._rank_clock.add(self.step, fetch, t1, wait)
         return loss, t1
 
     def _after_first_step(self) -> None:

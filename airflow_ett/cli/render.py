@@ -90,6 +90,24 @@ def _attempt_messages(d: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _rank_lines(ranks: Mapping[str, Any]) -> list[str]:
+    """`  straggler  rank 3 of attempt 1: ...` for each straggler, then every rank's own
+    step time on one line (a row written before ranks reported has none: nothing)."""
+    out = []
+    for s in (_dict(x) for x in _list(ranks.get("stragglers"))):
+        slowdown = _num(s.get("slowdown"), ".2f")
+        out.append(f"  straggler  rank {s.get('rank')} of attempt {s.get('attempt')}: "
+                   f"{_num(s.get('step_s'), '.4g')} s a step of its own against "
+                   f"{_num(s.get('others_step_s'), '.4g')} s for the others ({slowdown}x), "
+                   f"slower in {_num(100 * (_finite(s.get('slow_share')) or 0), '.0f')}% of "
+                   f"its steps; the job waited {_s(s.get('lost_s'))} for it")
+    rows = [_dict(x) for x in _list(ranks.get("ranks"))]
+    if rows:
+        out.append("  own step per rank  " + "  ".join(
+            f"{r.get('rank')}: {_num(r.get('step_s'), '.4g')} s" for r in rows))
+    return out
+
+
 def _heading(text: str) -> Text:
     return Text(text, style="bold cyan")
 
@@ -145,6 +163,7 @@ def job_view(d: Mapping[str, Any], *, top_phases: int = 8,
                      f"({_num(slow.get('lost_pct_of_effective'), '.1f')}%) above the ideal step "
                      f"time {_num(slow.get('ideal_step_s'), '.4g')} s; {slow.get('slow_spans')} "
                      f"of {slow.get('spans')} progress spans slow")
+    lines += _rank_lines(_dict(d.get("rank_steps")))
     if d.get("model_available_after_release_s") is not None:
         lines.append("  model available "
                      f"{_s(d['model_available_after_release_s'])} after the GPUs were released")

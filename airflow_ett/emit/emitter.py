@@ -55,6 +55,7 @@ from airflow_ett.ett.events import (
     PhaseEnded,
     PhaseStarted,
     Progress,
+    RankSteps,
     TaskSource,
     TaskStateChanged,
     with_rank,
@@ -72,10 +73,11 @@ _NULL_PHASE: Final = nullcontext("")
 #: looked up here so that an emitter without it never imports the tracing module.
 _TRACEPARENT_ENV: Final = "TRACEPARENT"
 
-#: What a rank other than 0 reports: its own phases and its attempt's start and end.
-#: Progress and checkpoints are the job's (every rank steps and saves together), so rank 0
-#: alone sends them; counting each rank's would multiply them (decision 0017).
-RANK_OWN_EVENTS: Final = (PhaseStarted, PhaseEnded, AttemptStarted, AttemptEnded)
+#: What a rank other than 0 reports: its own phases, its attempt's start and end, and its
+#: own step times (decision 0033). Progress and checkpoints are the job's (every rank
+#: steps and saves together), so rank 0 alone sends them; counting each rank's would
+#: multiply them (decision 0017).
+RANK_OWN_EVENTS: Final = (PhaseStarted, PhaseEnded, AttemptStarted, AttemptEnded, RankSteps)
 
 
 class _Phase:
@@ -340,6 +342,13 @@ class Emitter:
         self._record(Progress, end_ts, per_attempt=True, start_ts=start_ts,
                      step_start=step_start, step_end=step_end, cursor_start=cursor_start,
                      cursor_end=cursor_end, loss=loss, next_save_ts=next_save_ts)
+
+    def rank_steps(self, step_start: int, step_end: int, start_ts: float, busy_s: float,
+                   wait_s: float, *, ts: float | None = None) -> None:
+        """This rank's own time over steps `[step_start, step_end)` since `start_ts`:
+        `busy_s` its own work, `wait_s` waiting for the other ranks (every rank sends it)."""
+        self._record(RankSteps, ts, per_attempt=True, start_ts=start_ts,
+                     step_start=step_start, step_end=step_end, busy_s=busy_s, wait_s=wait_s)
 
     def checkpoint(self, step: int, cursor: int, start_ts: float, blocking_s: float,
                    total_s: float, bytes: int = 0, final: bool = False, *,

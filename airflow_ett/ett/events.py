@@ -187,6 +187,26 @@ class CheckpointSaved(_Base, tag="checkpoint_saved", frozen=True):
     TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
 
 
+class RankSteps(_Base, tag="rank_steps", frozen=True):
+    """One rank's own share of steps `[step_start, step_end)`, taken between `start_ts`
+    and `ts`: `busy_s` of that time was the rank's own work (its data, its host work, its
+    compute), `wait_s` it spent waiting for the other ranks, as the producer measured the
+    wait. Every rank sends these, rank 0 included (decision 0033): in a synchronous job
+    every rank's step lasts as long as the slowest's, so only the time a rank did not
+    spend waiting tells a straggler apart. Read by the straggler stage
+    (`ett/attribution/stragglers.py`); never effective time, which comes from `progress`.
+    A new type: a reader older than it reports each such line as an unknown type."""
+
+    attempt: str
+    start_ts: float
+    step_start: Int64
+    step_end: Int64
+    busy_s: float
+    wait_s: float = 0.0
+
+    TIME_FIELDS: ClassVar[tuple[str, ...]] = ("ts", "start_ts")
+
+
 class JobEnded(_Base, tag="job_ended", frozen=True):
     """The job stopped holding GPUs (`ts`): the end of its E2E wall time."""
 
@@ -225,6 +245,7 @@ Event = (
     | PhaseEnded
     | Progress
     | CheckpointSaved
+    | RankSteps
     | JobEnded
     | TaskStateChanged
     | ModelPublished
@@ -237,6 +258,7 @@ _EVENT_CLASSES: Final[tuple[type[Any], ...]] = (
     PhaseEnded,
     Progress,
     CheckpointSaved,
+    RankSteps,
     JobEnded,
     TaskStateChanged,
     ModelPublished,
@@ -474,6 +496,8 @@ def _check_semantics(e: Event) -> None:
         _check_progress(e)
     elif isinstance(e, CheckpointSaved):
         _check_checkpoint_saved(e)
+    elif isinstance(e, RankSteps):
+        _check_rank_steps(e)
     elif isinstance(e, AttemptEnded):
         _check_attempt_ended(e)
     elif isinstance(e, PhaseStarted | PhaseEnded):
@@ -533,6 +557,21 @@ def _check_checkpoint_saved(e: CheckpointSaved) -> None:
     _at_least(e.step, 0, "step")
     _at_least(e.cursor, 0, "cursor")
     _at_least(e.bytes, 0, "bytes")
+
+
+def _check_rank_steps(e: RankSteps) -> None:
+    if e.step_end <= e.step_start:
+        raise EventError(f"must be > step_start ({e.step_start}): a report holds steps",
+                         field="step_end", value=e.step_end)
+    _at_least(e.step_start, 0, "step_start")
+    if e.ts < e.start_ts:
+        raise EventError(f"span ends before it starts (start_ts={e.start_ts})",
+                         field="ts", value=e.ts)
+    for name in ("busy_s", "wait_s"):
+        value = getattr(e, name)
+        if not (math.isfinite(value) and 0 <= value <= MAX_DURATION_S):
+            raise EventError(f"must be a number of seconds in [0, {MAX_DURATION_S:.0f}]",
+                             field=name, value=value)
 
 
 def _check_attempt_ended(e: AttemptEnded) -> None:

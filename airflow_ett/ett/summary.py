@@ -94,6 +94,34 @@ class SlowStepsRow(_Part, frozen=True):
     lost_pct_of_effective: float
 
 
+class RankRow(_Part, frozen=True):
+    """One rank's own step time (`ett/attribution/stragglers.py`): the steps-weighted
+    median of its steady reports, and its mean wait per step for the other ranks."""
+
+    rank: int
+    reports: int
+    steps: int
+    step_s: float
+    wait_step_s: float
+
+
+class StragglerRow(_Part, frozen=True):
+    """The rank of an attempt the others consistently waited for, and what it cost."""
+
+    attempt: str
+    rank: int
+    step_s: float
+    others_step_s: float
+    slowdown: float | None  # step_s / others_step_s (None when the others' is 0)
+    slow_share: float
+    lost_s: float
+
+
+class RankStepsRow(_Part, frozen=True):
+    ranks: list[RankRow]
+    stragglers: list[StragglerRow]
+
+
 #: The keys of the compact form the model manifest carries (`JobSummary.compact`).
 COMPACT_KEYS: Final = ("ett_pct", "e2e_s", "effective_s", "tts_s", "ttr_s", "nof", "csbt_s",
                        "shutdown_s", "components", "provisional")
@@ -138,6 +166,9 @@ class JobSummary(_Part, frozen=True):
     # Level 3 inside effective training; None: no effective step to measure. Added after
     # the first rows (a cached row without the key is computed again: `lacks_row_fields`)
     slow_steps: SlowStepsRow | None = None
+    # Each reporting rank's own step time and each attempt's straggler; None when no rank
+    # reported step times (a single-process job, or a producer that does not send them).
+    rank_steps: RankStepsRow | None = None
 
     @property
     def failure_count(self) -> int:
@@ -191,15 +222,16 @@ class JobSummary(_Part, frozen=True):
 
 
 def lacks_row_fields(data: object) -> bool:
-    """Whether a JSON form lacks a field this code writes: `slow_steps`, or one of its
+    """Whether a JSON form lacks a field this code writes: `slow_steps` or `rank_steps`,
+    or one of its
     attempt or failure rows' (an attempt's `message`, say), in a form computed before the
     field was added. Its numbers
     still read (the field has a default), but a reader shown it would miss what the
     events say; the store computes such a cached form again (`EttStore.summary`)."""
     if not isinstance(data, dict):
         return False
-    if "attempts" in data and "slow_steps" not in data:  # a summary from before it
-        return True
+    if "attempts" in data and not {"slow_steps", "rank_steps"} <= data.keys():
+        return True  # a summary from before one of them
     for key, row_type in (("attempts", AttemptRow), ("failures", FailureRow)):
         rows = data.get(key)
         if isinstance(rows, list) and any(

@@ -282,3 +282,20 @@ def test_level1_says_the_slow_steps_and_the_ideal_step_time() -> None:
             f"{slow['ideal_step_s']:.4g} s; {slow['slow_spans']} of {slow['spans']} progress "
             "spans slow") in out
     assert "slow steps" not in render_row({**d, "slow_steps": None})
+
+
+def test_level1_names_a_straggler_and_every_ranks_own_step() -> None:
+    d = _example_dict()
+    ranks = {"ranks": [{"rank": 0, "reports": 4, "steps": 40, "step_s": 0.1, "wait_step_s": 0.05},
+                       {"rank": 1, "reports": 4, "steps": 40, "step_s": 0.15,
+                        "wait_step_s": 0.0}],
+             "stragglers": [{"attempt": "2", "rank": 1, "step_s": 0.15, "others_step_s": 0.1,
+                             "slowdown": 1.5, "slow_share": 1.0, "lost_s": 2.0}]}
+    out = render_row({**d, "rank_steps": ranks})
+    assert ("  straggler  rank 1 of attempt 2: 0.15 s a step of its own against 0.1 s for "
+            "the others (1.50x), slower in 100% of its steps; the job waited 2.0 s for it"
+            ) in out
+    assert "  own step per rank  0: 0.1 s  1: 0.15 s" in out
+    assert "straggler" not in render_row({**d, "rank_steps": None})
+    # a row with odd values still renders (the JSON form is input)
+    assert "rank None" in render_row({**d, "rank_steps": {"stragglers": [{}], "ranks": "x"}})

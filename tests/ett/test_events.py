@@ -32,7 +32,7 @@ def line(**changes: object) -> str:
 def test_every_simulated_event_round_trips_through_json() -> None:
     events = simulate(JobSpec(failures=(InjectedFailure(at_step=30, cause="infra"),)))
     assert {type(e).__struct_config__.tag for e in events} >= set(EVENT_TYPES) - {  # type: ignore[attr-defined]
-        "model_published", "task_state"}
+        "model_published", "task_state", "rank_steps"}  # the last: tests/ett/test_stragglers.py
     for event in events:
         text = event_to_json(event)
         assert parse_line(text) == event

@@ -32,6 +32,7 @@ TOP_KEYS = [
     "nof", "in_loop_waste_s", "shutdown_s", "csbt_s", "components", "phases", "phases_raw",
     "phase_components", "tts_phases", "failures", "attempts", "rates", "checkpoints",
     "model_available_after_release_s", "warnings", "world_size", "synthetic", "slow_steps",
+    "rank_steps",
 ]
 SLOW_KEYS = ["ideal_step_s", "effective_steps", "steady_steps", "spans", "slow_spans",
              "lost_s", "lost_pct_of_effective"]

@@ -185,7 +185,7 @@ def test_progress_is_flushed_just_before_a_fault_of_this_attempt_only() -> None:
 
 def test_fault_kinds_are_the_literal_type() -> None:
     assert FAULT_KINDS == get_args(FaultKind) == ("raise", "kill", "hang", "sigterm",
-                                                   "slow_save")
+                                                   "slow_save", "slow_steps")
 
 
 def test_the_exit_codes_module_imports_the_stdlib_alone() -> None:
@@ -207,3 +207,40 @@ def test_a_slow_save_fault_delays_only_its_save_and_fails_nothing() -> None:
                              attempt_number=1)
     assert [injector.save_delay_s(step) for step in (3, 4, 5, 6)] == [0.0, 2.5, 0.0, 0.0]
     injector.after_step(4, 0.0)  # nothing happens after the step: it acted in the save
+
+
+def test_a_slow_steps_fault_slows_every_step_after_its_step_on_its_rank_only() -> None:
+    spec = FaultSpec("slow_steps", at_step=3, seconds=0.05, rank=1)
+    slowed = FaultInjector((spec,), 1, rank=1)
+    assert [slowed.step_delay_s(s) for s in range(1, 7)] == [0, 0, 0, 0.05, 0.05, 0.05]
+    assert FaultInjector((spec,), 1, rank=0).step_delay_s(5) == 0
+    slowed.after_step(3, 0.0)  # acts in the step, never after it
+    assert config_from_mapping({"model": "dlrm_tiny", "steps": 10, "checkpoint_dir": "c",
+                                "faults": [{"kind": "slow_steps", "at_step": 3,
+                                            "seconds": 0.05}]}).faults == (
+        FaultSpec("slow_steps", 3, None, 0.05, None),)
+
+
+def test_the_rank_clock_reports_each_step_once_its_own_time_and_its_wait(
+        tmp_path: Path) -> None:
+    from airflow_ett.emit import Emitter
+    from airflow_ett.emit.sinks import JsonlSink
+    from airflow_ett.ett.events import RankSteps, read_events
+    from airflow_ett.trainer.rank_steps import RankClock, probe_group
+
+    assert probe_group() is None  # one process: no other rank to wait for
+    em = Emitter("j", "1", sink=JsonlSink(tmp_path / "e.jsonl"), replay_on_start=False)
+    clock = RankClock(em, span_s=1.0)
+    t = 1_780_000_000.0
+    for step in range(1, 8):  # 0.4 s steps, 0.1 s of each waiting: a report per 3 steps
+        clock.add(step, t, t + 0.4, 0.1)
+        t += 0.4
+    clock.add(8, t, t + 0.4, 5.0)  # a wait longer than the step is the step
+    clock.flush(t + 0.4)
+    clock.flush()  # nothing left: no empty report
+    assert em.close()
+    got = [e for e in read_events(str(tmp_path / "e.jsonl")).events if isinstance(e, RankSteps)]
+    assert [(e.step_start, e.step_end) for e in got] == [(0, 3), (3, 6), (6, 8)]
+    assert [round(e.busy_s, 6) for e in got] == [0.9, 0.9, 0.3]
+    assert [round(e.wait_s, 6) for e in got] == [0.3, 0.3, 0.5]
+    assert got[0].start_ts == 1_780_000_000.0 and got[-1].ts == pytest.approx(t + 0.4)

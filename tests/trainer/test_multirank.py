@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from airflow_ett.ett.events import CheckpointSaved, read_events
+from airflow_ett.ett.attribution import attribute_job
+from airflow_ett.ett.events import CheckpointSaved, RankSteps, read_events
 from airflow_ett.operators.errors import failure_for
 from airflow_ett.trainer.launcher import Rendezvous, run_attempts, trainer_command
 from tests.trainer.test_trainer_e2e import write_config
@@ -112,3 +114,30 @@ def test_a_time_interval_is_due_at_the_same_step_on_every_rank(tmp_path: Path) -
     saves = [e for e in read_events(str(tmp_path / "events.jsonl")).events
              if isinstance(e, CheckpointSaved) and not e.final]
     assert len(saves) >= 5, log
+
+
+@torchrun_job
+def test_a_rank_slowed_on_purpose_is_named_the_straggler(tmp_path: Path) -> None:
+    # Rank 1 takes 60 ms longer from step 4 on (a slow host, before the step's compute);
+    # rank 0 waits for it at the probe. Every step lasts as long on both ranks: only the
+    # ranks' own times, which the probe separates from their waits, tell them apart.
+    result, lines = launch(tmp_path, [{"kind": "slow_steps", "at_step": 3, "seconds": 0.06,
+                                       "rank": 1}], steps=60, rank_report_s=0.25,
+                           checkpoint_interval=1000)
+    log = "\n".join(lines)[-3000:]
+    assert result.last.exit_code == 0, log  # type: ignore[attr-defined]
+    events = read_events(str(tmp_path / "events.jsonl")).events
+    reports = [e for e in events if isinstance(e, RankSteps)]
+    assert {e.rank for e in reports} == {0, 1}, log
+    for rank in (0, 1):  # each rank's reports cover every step once
+        mine = sorted((e.step_start, e.step_end) for e in reports if e.rank == rank)
+        assert mine[0][0] == 0 and mine[-1][1] == 60
+        assert all(a[1] == b[0] for a, b in pairwise(mine))
+    ranks = attribute_job(events).summary().rank_steps
+    assert ranks is not None
+    by_rank = {r.rank: r for r in ranks.ranks}
+    assert by_rank[1].step_s > by_rank[0].step_s + 0.04, ranks
+    assert by_rank[0].wait_step_s > by_rank[1].wait_step_s + 0.04, ranks
+    (straggler,) = ranks.stragglers
+    assert straggler.rank == 1, ranks
+    assert straggler.slow_share >= 0.75 and straggler.lost_s > 0.04 * 40, ranks

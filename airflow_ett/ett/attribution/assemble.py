@@ -18,6 +18,7 @@ from airflow_ett.ett.attribution.level1 import Level1
 from airflow_ett.ett.attribution.level2 import Level2
 from airflow_ett.ett.attribution.result import JobAttribution
 from airflow_ett.ett.attribution.slow_steps import SlowSteps
+from airflow_ett.ett.attribution.stragglers import RankStepTimes
 from airflow_ett.ett.attribution.window import JobWindow
 from airflow_ett.ett.summary import AttemptRow
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
@@ -26,7 +27,8 @@ from airflow_ett.ett.timeline import Timeline, to_s, to_us
 def assemble(job: str, *, collected: Collected, window: JobWindow,
              attempts: Sequence[ClosedAttempt], explicit: ExplicitPhases, timeline: Timeline,
              l2: Level2, l1: Level1, warnings: Sequence[str],
-             slow: SlowSteps | None = None) -> JobAttribution:
+             slow: SlowSteps | None = None,
+             ranks: RankStepTimes | None = None) -> JobAttribution:
     meta = window.meta
     checkpoints = collected.checkpoints
     regular = [c for c in checkpoints if not c.final]
@@ -65,6 +67,7 @@ def assemble(job: str, *, collected: Collected, window: JobWindow,
         timeline=timeline,
         rank_phases=explicit.rank_intervals,
         slow_steps=slow,
+        rank_steps=ranks,
     )
 
 

@@ -33,6 +33,7 @@ from airflow_ett.ett.events import (
     PhaseEnded,
     PhaseStarted,
     Progress,
+    RankSteps,
 )
 from airflow_ett.ett.timeline import US_PER_S, to_us
 
@@ -68,6 +69,7 @@ class Collected:
     attempts: tuple[AttemptReport, ...]
     earliest: int  # the earliest event time: E2E's start when no job_submitted came
     rank_phase_marks: tuple[PhaseStarted | PhaseEnded, ...] = ()  # of ranks other than 0
+    rank_steps: tuple[RankSteps, ...] = ()  # every rank's, rank 0's too (decision 0033)
 
 
 @dataclass(slots=True)
@@ -125,6 +127,7 @@ class _Collector:
     attempts: dict[str, _Attempt] = field(default_factory=dict)
     rank_phase_marks: list[PhaseStarted | PhaseEnded] = field(default_factory=list)
     rank_ends: list[tuple[str, int]] = field(default_factory=list)  # (attempt, time)
+    rank_steps: list[RankSteps] = field(default_factory=list)
 
     def attempt(self, attempt_id: str) -> _Attempt:
         found = self.attempts.get(attempt_id)
@@ -190,6 +193,8 @@ def collect(events: list[Event]) -> Collected:
                 last_attempt = out.attempt(e.attempt)
             last_attempt.spans.append((rnd(e.start_ts * us), t, e.cursor_start, e.cursor_end,
                                        e.step_end - e.step_start))
+        elif isinstance(e, RankSteps):  # every rank's own: never the job's or attempt's bounds
+            out.rank_steps.append(e)
         else:
             if t < earliest and not e.rank:
                 earliest = t
@@ -204,4 +209,5 @@ def collect(events: list[Event]) -> Collected:
         attempts=tuple(a.report() for _, a in sorted(out.attempts.items())),
         earliest=earliest,
         rank_phase_marks=tuple(out.rank_phase_marks),
+        rank_steps=tuple(out.rank_steps),
     )

@@ -18,6 +18,7 @@ from airflow_ett.ett.attribution.level2 import level2
 from airflow_ett.ett.attribution.precedence import overlay
 from airflow_ett.ett.attribution.result import AttributionError, JobAttribution
 from airflow_ett.ett.attribution.slow_steps import slow_steps
+from airflow_ett.ett.attribution.stragglers import rank_step_times
 from airflow_ett.ett.attribution.window import job_window
 from airflow_ett.ett.events import Event, event_to_json
 
@@ -87,4 +88,4 @@ def _attribute_unique(job: str, events: list[Event], now: float | None, *,
     warnings += [*window.warnings, *closed.warnings, *explicit.warnings]
     return assemble(job, collected=collected, window=window, attempts=closed.attempts,
                     explicit=explicit, timeline=timeline, l2=l2, l1=l1, warnings=warnings,
-                    slow=slow)
+                    slow=slow, ranks=rank_step_times(collected.rank_steps))

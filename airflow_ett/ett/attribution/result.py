@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_ett.ett.attribution.slow_steps import SlowSteps
+from airflow_ett.ett.attribution.stragglers import RankStepTimes
 from airflow_ett.ett.events import FAILURE_CAUSES
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
 from airflow_ett.ett.summary import (
@@ -22,7 +23,10 @@ from airflow_ett.ett.summary import (
     FailureRates,
     FailureRow,
     JobSummary,
+    RankRow,
+    RankStepsRow,
     SlowStepsRow,
+    StragglerRow,
 )
 from airflow_ett.ett.timeline import Timeline, to_s, to_us
 
@@ -95,6 +99,9 @@ class JobAttribution:
     #: Level 3 inside effective training: the ideal step time and the time lost to steps
     #: slower than it (`slow_steps.py`); None without an effective step to measure.
     slow_steps: SlowSteps | None = None
+    #: Each reporting rank's own step time and each attempt's straggler rank
+    #: (`stragglers.py`); None when no rank reported its step times.
+    rank_steps: RankStepTimes | None = None
 
     @property
     def effective_us(self) -> int:
@@ -205,7 +212,23 @@ def _summary_of(result: JobAttribution) -> JobSummary:
         synthetic=result.synthetic,
         version=SUMMARY_VERSION,
         slow_steps=_slow_row(result.slow_steps),
+        rank_steps=_ranks_row(result.rank_steps),
     )
+
+
+def _ranks_row(r: RankStepTimes | None) -> RankStepsRow | None:
+    if r is None:
+        return None
+    return RankStepsRow(
+        ranks=[RankRow(rank=x.rank, reports=x.reports, steps=x.steps,
+                       step_s=x.busy_step_us / 1e6, wait_step_s=x.wait_step_us / 1e6)
+               for x in r.ranks],
+        stragglers=[StragglerRow(attempt=s.attempt, rank=s.rank, step_s=s.busy_step_us / 1e6,
+                                 others_step_s=s.others_step_us / 1e6,
+                                 slowdown=(s.busy_step_us / s.others_step_us
+                                           if s.others_step_us > 0 else None),
+                                 slow_share=s.slow_share, lost_s=to_s(s.lost_us))
+                    for s in r.stragglers])
 
 
 def _slow_row(s: SlowSteps | None) -> SlowStepsRow | None:

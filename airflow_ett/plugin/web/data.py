@@ -524,6 +524,11 @@ def _run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool
             ideal_step_s=s.slow_steps.ideal_step_s, lost_s=s.slow_steps.lost_s,
             lost_pct_of_effective=s.slow_steps.lost_pct_of_effective,
             spans=s.slow_steps.spans, slow_spans=s.slow_steps.slow_spans),
+        rank_steps=None if s.rank_steps is None else models.RankSteps(
+            ranks=[models.RankStepTime(rank=r.rank, step_s=r.step_s,
+                                       wait_step_s=r.wait_step_s, steps=r.steps)
+                   for r in s.rank_steps.ranks],
+            stragglers=[models.Straggler(**_builtins(x)) for x in s.rank_steps.stragglers]),
         flags=[models.Flag(kind=f.kind, at=f.at, message=f.message, bound_s=f.bound_s,
                            waited_s=f.waited_s) for f in store.flags.of_job(s.job)],
         figures=specs)

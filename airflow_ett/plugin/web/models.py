@@ -209,6 +209,34 @@ class SlowSteps(_Model):
     slow_spans: int = Field(description="progress spans over 10% slower than the ideal")
 
 
+class RankStepTime(_Model):
+    """One rank's own step time (its step less its wait for the other ranks)."""
+
+    rank: int
+    step_s: float = Field(description="steps-weighted median of its steady reports")
+    wait_step_s: float = Field(description="its mean wait per step for the other ranks")
+    steps: int
+
+
+class Straggler(_Model):
+    """The rank of an attempt the other ranks consistently waited for."""
+
+    attempt: str
+    rank: int
+    step_s: float
+    others_step_s: float = Field(description="the median of the other ranks' step times")
+    slowdown: float | None
+    slow_share: float = Field(description="of its steady steps, the share over 10% slower")
+    lost_s: float = Field(description="wall time the job spent waiting for it")
+
+
+class RankSteps(_Model):
+    """Per rank (`JobSummary.rank_steps`): each rank's own step time, each straggler."""
+
+    ranks: list[RankStepTime]
+    stragglers: list[Straggler]
+
+
 class Component(_Model):
     component: str
     seconds: float
@@ -304,6 +332,9 @@ class Run(_Model):
     slow_steps: SlowSteps | None = Field(
         default=None, description="Level 3 inside effective training; none before an "
                                   "effective step")
+    rank_steps: RankSteps | None = Field(
+        default=None, description="each rank's own step time and each attempt's straggler; "
+                                  "none when no rank reported step times")
     flags: list[Flag] = Field(default_factory=list,
                               description="raised while it ran (a late start), oldest first")
     figures: dict[str, dict[str, Any]] | None = Field(

@@ -291,3 +291,35 @@ def test_the_run_page_shows_its_slow_steps(client: Client, store: EttStore) -> N
     body = client().get(f"/api/v1/runs/{F.DAG_A}/scheduled__a1").json()
     assert body["slow_steps"]["ideal_step_s"] == slow.ideal_step_s
     assert body["slow_steps"]["lost_s"] == slow.lost_s
+
+
+def test_the_run_page_names_its_straggler_rank(client: Client, store: EttStore) -> None:
+    import msgspec
+
+    from tests.ett.test_stragglers import reports
+
+    job = f"{F.DAG_A}__scheduled__a1"
+    attempt = store.job_summary(job).attempts[0].attempt
+    store.ingest(msgspec.structs.replace(e, job=job, id=f"pages-{e.id}")
+                 for rank, own in ((0, 0.1), (1, 0.1), (2, 0.25))
+                 for e in reports(rank, [own] * 5, attempt=attempt, wait_s=0.25 - own))
+    ranks = store.job_summary(job).rank_steps
+    assert ranks is not None
+    (s,) = ranks.stragglers
+    page = client().get(f"/runs/{F.DAG_A}/scheduled__a1", headers=HTML).text
+    line = re.search(r'<p class="straggler" data-straggler="2">(.*?)</p>', page)
+    assert line is not None
+    assert html.unescape(re.sub(r"<[^>]+>", "", line.group(1))) == (
+        f"straggler rank 2 of attempt {attempt}: {fmt.fmt_step(s.step_s)} a step of its own "
+        f"against {fmt.fmt_step(s.others_step_s)} for the other ranks (2.50x), slower in "
+        f"{fmt.fmt_pct(100.0)} of its steps; the job waited {fmt.fmt_duration(s.lost_s)} "
+        "for it")
+    rows = re.findall(r'<tr data-rank="(\d+)"><td class="num">\d+( <span class="tag">'
+                      r'straggler</span>)?</td><td class="num">([^<]*)</td>', page)
+    assert [(r, bool(tag), step) for r, tag, step in rows] == [
+        (str(x.rank), x.rank == 2, fmt.fmt_step(x.step_s)) for x in ranks.ranks]
+    body = client().get(f"/api/v1/runs/{F.DAG_A}/scheduled__a1").json()
+    assert body["rank_steps"]["stragglers"] == [msgspec.to_builtins(s)]
+    assert [r["wait_step_s"] for r in body["rank_steps"]["ranks"]] == pytest.approx(
+        [0.15, 0.15, 0.0])
+    assert store.job_summary(f"{F.DAG_SECRET}__manual__b1").rank_steps is None
