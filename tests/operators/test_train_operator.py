@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from airflow_ett.ett.events import AttemptEnded, AttemptStarted, JobEnded, PhaseStarted, Progress
+from airflow_ett.ett.events import (
+    AttemptEnded,
+    AttemptStarted,
+    JobEnded,
+    PhaseStarted,
+    Progress,
+    RankSteps,
+)
 from airflow_ett.operators import TorchRecTrainOperator
 from airflow_ett.operators.errors import (
     TrainerApplicationError,
@@ -522,6 +529,9 @@ def test_a_rank_that_raises_is_an_application_error_for_airflow_and_for_the_ett(
     assert [e.message for e in rank1 if isinstance(e, AttemptEnded)] == [
         "InjectedFault: injected failure after step 3 (attempt 1)"]
     assert not [e for e in rank1 if isinstance(e, Progress)]
+    # its own step times, flushed before the fault: steps 1-3, through the store
+    assert [(e.step_start, e.step_end, e.v) for e in rank1 if isinstance(e, RankSteps)] == [
+        (0, 3, 2)]
     # the attempt ends when its last rank does
     last_end = max(e.ts for e in ended)
     assert summary["attempts"][0]["end"] == pytest.approx(last_end)
