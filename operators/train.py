@@ -38,6 +38,7 @@ failure, and runs again `resume_after_s` later, restoring the checkpoint just sa
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import threading
 import time
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypedDict
 
 from airflow_ett._proc import ProcessTree
+from airflow_ett.ett.events import AttemptEnded
 from airflow_ett.jobs import attempt_id_for
 from airflow_ett.operators.base import EttJobOperator, EttTrainerOperator
 from airflow_ett.operators.errors import (
@@ -58,6 +60,7 @@ from airflow_ett.operators.errors import (
 from airflow_ett.operators.job import JobConfigError, JobPaths, check_train_args, reader
 from airflow_ett.operators.log_progress import LogProgress, compile_pattern
 from airflow_ett.operators.request_watch import REQUEST_POLL_S, RequestWatcher
+from airflow_ett.operators.tracing import TRACEPARENT_ENV
 from airflow_ett.protocol.env import DEFAULT_GRACE_S, GRACE_ENV, MAX_GRACE_S
 from airflow_ett.protocol.request import (
     PreemptRequest,
@@ -241,7 +244,7 @@ class CommandTrainOperator(EttJobOperator):
         # A preemption reschedules the task in the same try: the restarts after it are
         # numbered on, so attempt ids stay unique (`<try>.<restart>`).
         offset = _preemptions_before(paths.job_dir) * (self.restarts + 1)
-        hooks = _AttemptHooks(self, context, store)
+        hooks = _AttemptHooks(self, context, store, run.env)
         with RequestWatcher(paths.job_dir, self._yield_gpus, self._yield_at_checkpoint,
                             self._request_withdrawn) as watcher:
             try:
@@ -430,8 +433,9 @@ class _AttemptHooks:
     """What the task does as each attempt starts, prints and ends unreported."""
 
     def __init__(self, op: CommandTrainOperator, context: Context,
-                 store: TaskStateStoreAccessor | None) -> None:
+                 store: TaskStateStoreAccessor | None, env: Mapping[str, str]) -> None:
         self._op, self._context, self._store = op, context, store
+        self._env = env  # what each attempt's process was given (its trace context)
         self.lines = _Lines(op.log.info)
 
     def started(self, proc: subprocess.Popen[str], number: int, attempt: str) -> None:
@@ -453,9 +457,33 @@ class _AttemptHooks:
         nothing): its end from the exit code, after its last steps."""
         self.lines.follow(None)
         cls = outcome.exit_class
-        self._op.emitter(self._context, outcome.attempt_id).attempt_ended(
+        emitter = self._op.emitter(self._context, outcome.attempt_id)
+        emitter.attempt_ended(
             cls.status, cls.cause, exit_code=outcome.exit_code, message=cls.description,
             detected_ts=outcome.ended, ts=outcome.ended)
+        self._end_attempt_span(outcome, emitter.job_id)
+
+    def _end_attempt_span(self, outcome: AttemptOutcome, job: str | None) -> None:
+        """With tracing on, the span the attempt's process never ended (it was killed, or
+        reports nothing), under the id it would have used (docs/tracing.md)."""
+        if job is None or TRACEPARENT_ENV not in self._env:
+            return
+        from airflow_ett.emit.tracing import end_unreported_attempt
+
+        cls = outcome.exit_class
+        ended = AttemptEnded(id=f"{job}.{outcome.attempt_id}.unreported", job=job,
+                             ts=outcome.ended, attempt=outcome.attempt_id,
+                             status=cls.status, cause=cls.cause, exit_code=outcome.exit_code,
+                             message=cls.description)
+        try:
+            if not end_unreported_attempt({**os.environ, **self._env}, job,
+                                          outcome.attempt_id, started=outcome.started,
+                                          ended=ended):
+                self._op.log.warning("the span of attempt %s was not exported in time",
+                                     outcome.attempt_id)
+        except Exception as exc:  # tracing never fails the task
+            self._op.log.warning("the span of attempt %s was not made: %s",
+                                 outcome.attempt_id, exc)
 
 
 class _Lines:

@@ -19,11 +19,18 @@ for). The tracer's provider is its own, never the process's global one.
 The first effective step of an attempt after the first needs the job's cursor high-water
 mark from earlier attempts (other processes): the tracer reads it from the store (or the
 events file) on its thread when the attempt's first progress comes.
+
+An attempt's span has an id both sides derive (`attempt_span_id`: the trace context, the
+job and the attempt), so that when a trainer is killed without a word (its attempt span,
+exported only when it ends, never leaves the process) the train task exports that span
+itself (`end_unreported_attempt`) and the phases the trainer had exported find their
+parent.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import os
 import queue
@@ -32,11 +39,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
 from airflow_ett.emit._log import logger, rate_limited
-from airflow_ett.ett.events import Event, Progress
+from airflow_ett.ett.events import AttemptEnded, AttemptStarted, Event, Progress
 from airflow_ett.ett.timeline import to_us
 from airflow_ett.ett.trace_spans import (
     ATTEMPT_SPAN,
@@ -52,6 +59,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.trace import Span, Tracer
 
 TRACEPARENT_ENV: Final = "TRACEPARENT"
@@ -81,6 +89,10 @@ class TraceTarget:
     traceparent: str
     tracestate: str
     exporter: str
+    #: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as the environment given says it: handed to the
+    #: exporter when this process's own environment says otherwise (the train task ending
+    #: a killed attempt's span for the trainer it started, `end_unreported_attempt`).
+    endpoint: str = field(default="", compare=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> TraceTarget | None:
@@ -91,7 +103,8 @@ class TraceTarget:
             logger.debug("ETT traces: off: %s", why)
             return None
         exporter = environ.get(EXPORTER_ENV, "").split(",")[0].strip() or "otlp"
-        return cls(parent, environ.get(TRACESTATE_ENV, "").strip(), exporter)
+        return cls(parent, environ.get(TRACESTATE_ENV, "").strip(), exporter,
+                   environ.get(ENDPOINT_ENVS[0], "").strip())
 
 
 def _refusal(parent: str, environ: Mapping[str, str]) -> str | None:
@@ -114,6 +127,14 @@ def _refusal(parent: str, environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def attempt_span_id(traceparent: str, job: str, attempt: str) -> int:
+    """The span id of `attempt`'s span under `traceparent`: the trainer gives it the span
+    it opens, and the train task the span it ends for an attempt killed without a word.
+    64 bits of a SHA-256 of the three; never 0 (an invalid span id)."""
+    digest = hashlib.sha256(f"{traceparent.lower()}\0{job}\0{attempt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") or 1
+
+
 History = Callable[[], Iterable[Event]]
 """The job's events recorded so far (the store's, or the events file's)."""
 
@@ -125,14 +146,16 @@ class EventTracer:
     `attempt_number` 1 (the job's first attempt) has no earlier progress; any other
     reads the job's high-water mark from `history` (None: not known, so no first
     effective step is marked). `exporter`: a span exporter of the caller's (tests),
-    instead of the one `target` names.
+    instead of the one `target` names. `attempts_only`: the attempts' spans, none of
+    their children (the train task ending a killed attempt's span).
     """
 
     def __init__(self, target: TraceTarget, job: str, *, attempt_number: int | None = 1,
                  history: History | None = None, exporter: SpanExporter | None = None,
-                 queue_size: int = QUEUE_SIZE) -> None:
+                 queue_size: int = QUEUE_SIZE, attempts_only: bool = False) -> None:
         self.target = target
         self.job = job
+        self._attempts_only = attempts_only
         self._attempt_number = attempt_number
         self._history = history
         self._exporter = exporter
@@ -214,7 +237,7 @@ class EventTracer:
                 continue
             if spans is None:
                 try:
-                    spans = _Spans(self.target, self._exporter)
+                    spans = _Spans(self.target, self._exporter, self.job)
                 except Exception as exc:  # no OpenTelemetry, or an exporter that cannot start
                     logger.warning("ETT traces: off for this process: %s", exc)
                     self._off = True
@@ -223,7 +246,9 @@ class EventTracer:
             try:
                 if isinstance(item, Progress) and builder.needs_high_water:
                     self._learn_high_water(builder, item.attempt)
-                spans.apply(builder.add(cast("Event", item)))
+                actions = builder.add(cast("Event", item))
+                spans.apply([a for a in actions if not isinstance(a, Finished)]
+                            if self._attempts_only else actions)
             except Exception as exc:
                 rate_limited(logging.WARNING, f"traces-{type(exc).__name__}", "ETT traces: "
                              "a span was not made: %r", exc)
@@ -263,24 +288,27 @@ class _Spans:
     """The OpenTelemetry side, on the tracer's thread: its provider, the parent from the
     target, the attempts' spans while they are open."""
 
-    def __init__(self, target: TraceTarget, exporter: SpanExporter | None) -> None:
+    def __init__(self, target: TraceTarget, exporter: SpanExporter | None, job: str) -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        self.target, self.job = target, job
         carrier = {"traceparent": target.traceparent}
         if target.tracestate:
             carrier["tracestate"] = target.tracestate
         self.parent: Context = TraceContextTextMapPropagator().extract(carrier)
         if exporter is None:
-            exporter = _load_exporter(target.exporter)
+            exporter = _load_exporter(target.exporter, target.endpoint)
         attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {
             "service.name": SERVICE_NAME}
         # shutdown_on_exit=False: the provider's own atexit shutdown waits up to 30 s for
         # an exporter; `EventTracer.close` bounds the wait instead.
+        self.ids = _preset_ids()
         self.provider: TracerProvider = TracerProvider(
-            resource=Resource.create(attributes), shutdown_on_exit=False)
+            resource=Resource.create(attributes), shutdown_on_exit=False,
+            id_generator=self.ids)
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
         self.tracer: Tracer = self.provider.get_tracer("airflow_ett")
         self.open: dict[str, Span] = {}
@@ -301,6 +329,7 @@ class _Spans:
     def _open(self, action: Opened) -> None:
         from opentelemetry.trace import set_span_in_context
 
+        self.ids.preset = attempt_span_id(self.target.traceparent, self.job, action.attempt)
         span = self.tracer.start_span(ATTEMPT_SPAN, context=self.parent,
                                       start_time=action.start_us * 1000,
                                       attributes=action.attributes)
@@ -327,17 +356,65 @@ class _Spans:
         self.provider.shutdown()
 
 
-def _load_exporter(name: str) -> SpanExporter:
+def _preset_ids() -> _PresetIds:
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    class PresetIds(RandomIdGenerator):
+        """Random ids, but the next span id once `preset` (the attempt span's) is set."""
+
+        preset: int | None = None
+
+        def generate_span_id(self) -> int:
+            preset, self.preset = self.preset, None
+            return preset if preset is not None else super().generate_span_id()
+
+    return cast("_PresetIds", PresetIds())
+
+
+if TYPE_CHECKING:
+    class _PresetIds(IdGenerator):
+        preset: int | None
+
+
+def end_unreported_attempt(environ: Mapping[str, str], job: str, attempt: str, *,
+                           started: float, ended: AttemptEnded,
+                           timeout: float = CLOSE_TIMEOUT_S) -> bool:
+    """Export the span of an attempt that ended without a word (SIGKILL, the OOM
+    killer), as its trainer would have: the same id (`attempt_span_id`), from `started`
+    to the end the train task recorded (`ended`, with its error). `environ` is what the
+    trainer was given (its trace context and exporter); nothing without a context. False
+    when the span could not be exported within `timeout`."""
+    target = TraceTarget.from_environ(environ)
+    if target is None:
+        return True
+    tracer = EventTracer(target, job, attempt_number=None, history=None, attempts_only=True)
+    tracer.record(AttemptStarted(id=f"{ended.id}.start", job=job, ts=started,
+                                 attempt=attempt))
+    tracer.record(ended)
+    return tracer.close(timeout)
+
+
+def _load_exporter(name: str, endpoint: str = "") -> SpanExporter:
     """The span exporter `name` (an `opentelemetry_traces_exporter` entry point, as
     Airflow loads its own: `otlp` is OTLP/gRPC, `otlp_proto_http` OTLP/HTTP, `console`);
     it reads its endpoint, headers and timeout from the `OTEL_EXPORTER_OTLP_*`
-    environment."""
+    environment, except `endpoint` when given and not already this process's own."""
+    import inspect
     from importlib.metadata import entry_points
 
     found = next(iter(entry_points(group="opentelemetry_traces_exporter", name=name)), None)
     if found is None:
         raise RuntimeError(f"{EXPORTER_ENV} = {name!r}: no such span exporter is installed")
-    exporter: SpanExporter = found.load()()
+    factory = found.load()
+    kwargs = {}
+    if endpoint and endpoint != os.environ.get(ENDPOINT_ENVS[0], "").strip():
+        try:
+            takes = "endpoint" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            takes = False
+        if takes:
+            kwargs["endpoint"] = endpoint
+    exporter: SpanExporter = factory(**kwargs)
     return exporter
 
 

@@ -291,3 +291,41 @@ def test_an_emitter_without_a_context_never_loads_tracing(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[]"
     assert len(JsonlSink(tmp_path / "events.jsonl").read()) == 2
+
+
+def test_a_killed_attempt_s_span_is_ended_by_the_task_and_its_children_find_it(
+        job_env: dict[str, str], tmp_path: Path) -> None:
+    """A trainer SIGKILLed after step 7 never ends (so never exports) its attempt span;
+    the phases it had ended are exported under that span's id. The task ends the span
+    itself, under the same id (`attempt_span_id`), from the attempt's start to the end it
+    recorded: the children find their parent, the trace shows the failure."""
+    from airflow_ett.emit.tracing import attempt_span_id, end_unreported_attempt
+    from airflow_ett.ett.events import AttemptEnded
+
+    with OtlpReceiver() as receiver:
+        env = {**os.environ, **job_env, **traced(receiver.endpoint),
+               "ETT_EVENTS_FILE": str(tmp_path / "events.jsonl"), "ETT_ATTEMPT_ID": "1",
+               "ETT_ATTEMPT_NUMBER": "1"}
+        started = time.time()
+        proc = subprocess.run([sys.executable, LOOP, "0", "0", "20", "7"], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == -9, proc.stderr[-3000:]
+        receiver.wait_for("the killed attempt's phases", lambda found: any(
+            s.name == "ett.phase.model_creation" for s in found), timeout=30.0)
+        ended = AttemptEnded(id="task.end", job=JOB, ts=time.time(), attempt="1",
+                             status="failed", cause="infra", exit_code=-9,
+                             message="killed by signal 9")
+        assert end_unreported_attempt(env, JOB, "1", started=started, ended=ended)
+        spans = receiver.wait_for("the attempt's span", lambda found: any(
+            s.name == "ett.attempt" for s in found), timeout=30.0)
+    (attempt,) = [s for s in spans if s.name == "ett.attempt"]
+    assert attempt.span_id == f"{attempt_span_id(TRACEPARENT, JOB, '1'):016x}"
+    assert (attempt.trace_id, attempt.parent) == (TRACE, PARENT)
+    assert attempt.start_ns == to_us(started) * 1000 and attempt.end_ns == to_us(ended.ts) * 1000
+    assert attempt.status_code == 2 and "killed by signal 9" in attempt.status_message
+    children = [s for s in spans if s.name != "ett.attempt"]
+    assert {s.name for s in children} >= {"ett.phase.model_creation",
+                                          "ett.phase.checkpoint_restore"}
+    assert {s.parent for s in children} == {attempt.span_id}
+    # without a trace context the task exports nothing and says so by returning at once
+    assert end_unreported_attempt({}, JOB, "1", started=started, ended=ended)

@@ -78,3 +78,38 @@ def test_the_train_task_passes_it_to_its_trainer_unless_it_records_nothing(
 
     assert train(True)["TRACEPARENT"] == _traceparent(task_span)
     assert "TRACEPARENT" not in train(False)
+
+
+@pytest.mark.usefixtures("traces_on", "ett_home")
+def test_a_trainer_killed_without_a_word_still_has_its_attempt_span(
+        task_span: Span, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command SIGKILLs itself: it never ends its attempt span. The task ends it,
+    under the id the trainer would have given it, exported where Airflow's `[traces]`
+    says (the endpoint the task derived for its trainer, not in the task's own
+    environment)."""
+    import sys
+
+    from airflow_ett.emit.tracing import attempt_span_id
+    from airflow_ett.jobs import job_id_for
+    from airflow_ett.operators import CommandTrainOperator
+    from airflow_ett.operators.errors import TrainerInfraFailure
+    from tests.operators.conftest import context
+    from tests.otlp_receiver import OtlpReceiver
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    with OtlpReceiver() as receiver:
+        monkeypatch.setenv("AIRFLOW__TRACES__OTEL_HOST", "127.0.0.1")
+        monkeypatch.setenv("AIRFLOW__TRACES__OTEL_PORT", str(receiver.port))
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_proto_http")
+        op = CommandTrainOperator(task_id="train", restarts=0, command=[
+            sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+        with pytest.raises(TrainerInfraFailure):
+            op.execute(context("killed"))  # type: ignore[arg-type]
+        (span,) = receiver.wait_for("the attempt's span", lambda found: any(
+            s.name == "ett.attempt" for s in found), timeout=30.0)
+    ctx = task_span.get_span_context()
+    job = job_id_for("ett_test", "killed")
+    assert span.span_id == f"{attempt_span_id(_traceparent(task_span), job, '1.1'):016x}"
+    assert (span.trace_id, span.parent) == (f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
+    assert span.status_code == 2 and span.attributes["ett.attempt"] == "1.1"
