@@ -286,7 +286,7 @@ def test_the_run_page_shows_its_slow_steps(client: Client, store: EttStore) -> N
     assert row.group(1) == ("slow steps (inside effective training; ideal step "
                             f"{fmt.fmt_step(slow.ideal_step_s)})")
     assert row.group(2) == (f"{fmt.fmt_duration(slow.lost_s)} "
-                            f"({fmt.fmt_pct(slow.lost_pct_of_effective)} of effective; "
+                            f"({fmt.fmt_pct(slow.lost_pct_of_effective)}% of effective; "
                             f"{slow.slow_spans} of {slow.spans} spans slow)")
     body = client().get(f"/api/v1/runs/{F.DAG_A}/scheduled__a1").json()
     assert body["slow_steps"]["ideal_step_s"] == slow.ideal_step_s
@@ -312,7 +312,7 @@ def test_the_run_page_names_its_straggler_rank(client: Client, store: EttStore) 
     assert html.unescape(re.sub(r"<[^>]+>", "", line.group(1))) == (
         f"straggler rank 2 of attempt {attempt}: {fmt.fmt_step(s.step_s)} a step of its own "
         f"against {fmt.fmt_step(s.others_step_s)} for the other ranks (2.50x), slower in "
-        f"{fmt.fmt_pct(100.0)} of its steps; the job waited {fmt.fmt_duration(s.lost_s)} "
+        f"{fmt.fmt_pct(100.0)}% of its steps; the job waited {fmt.fmt_duration(s.lost_s)} "
         "for it")
     rows = re.findall(r'<tr data-rank="(\d+)"><td class="num">\d+( <span class="tag">'
                       r'straggler</span>)?</td><td class="num">([^<]*)</td>', page)

@@ -79,8 +79,19 @@ def _seed(url: str) -> None:
         store.insert_events([msgspec.structs.replace(e, message=REASON)
                              if isinstance(e, AttemptEnded) and e.cause == "preemption"
                              else e for e in simulate(PREEMPTED)])
+        store.insert_events(_rank_reports())
         store.daily.compute([day_window(day_of(F.NOW, "UTC"), "UTC")], load_components(),
                             now=F.NOW)
+
+
+def _rank_reports() -> list[Any]:
+    """Each rank's own step times for the preempted job's second attempt: rank 5 slow."""
+    from tests.ett.test_stragglers import reports
+
+    return [msgspec.structs.replace(e, job=PREEMPTED.job, id=f"{PREEMPTED.job}.{e.id}")
+            for rank in range(8)
+            for e in reports(rank, [0.1] + [0.14 if rank == 5 else 0.1] * 6, attempt="2",
+                             wait_s=0.0 if rank == 5 else 0.04)]
 
 
 def _live(*, running: bool) -> JobSpec:
@@ -211,6 +222,10 @@ def test_a_preempted_runs_page_shows_the_reason(server: Server, browser: Any) ->
         row = page.locator('#attempts tr[data-attempt-message="1"]')
         assert row.inner_text().strip() == REASON  # shown as text, markup and all
         assert row.is_visible()
+        straggler = page.locator('#ranks p[data-straggler="5"]')
+        assert straggler.is_visible()
+        assert straggler.inner_text().startswith("straggler rank 5 of attempt 2: ")
+        assert page.locator("#ranks tr[data-rank]").count() == 8
         page.screenshot(path=str(_out() / "run-preempted.png"), full_page=True)
 
 
