@@ -277,3 +277,15 @@ def test_not_signed_in_is_a_styled_page_with_a_sign_in(server: Server, browser: 
                 page.screenshot(path=str(_out() / f"not-signed-in-{scheme}.png"))
             finally:
                 context.close()
+
+
+def test_the_compare_page_says_what_moved_between_two_days(server: Server,
+                                                           browser: Any) -> None:
+    before = (dt.date.fromisoformat(_day()) - dt.timedelta(days=1)).isoformat()
+    for scheme in ("light", "dark"):
+        with _page(browser, scheme) as page:
+            page.goto(f"{server.url}/compare?a={before}..{before}&b={_day()}..{_day()}")
+            assert page.locator("#fleet-ett").is_visible()
+            assert page.locator("#fleet-change").inner_text().endswith(" points")
+            assert page.locator("#fleet-components tr[data-component]").count() == 5  # lost
+            page.screenshot(path=str(_out() / f"compare-{scheme}.png"), full_page=True)
