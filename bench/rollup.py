@@ -16,6 +16,14 @@ process's own), in one run so that the ratios compare like with like:
   decoded by `decode_stored`, rolled up and stored; what the nightly DAG runs), then the
   day's alerts judged against its stored baseline days (`rollup.alerts.day_alerts`).
 
+Every way computes the slow-step figures too (each job's slow steps, allotted to the day
+by its effective time: decision 0035); the fleet's GPU-hours lost to slow steps must be
+the same every way, and are printed after the table. No simulated job has a slow step
+(every span of a synthetic job runs at its step time), so on SQLite the cut of each job
+into the second day (`job_day`, where the first day's late jobs run on) is also timed
+with every job's slow steps set to a tenth of its effective time: the allotment's own
+cost.
+
 On PostgreSQL the tables are ANALYZEd after the fill, as autovacuum would do soon after a
 bulk load (without statistics the planner reads every event for each chunk of ids).
 """
@@ -76,7 +84,44 @@ else:
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "jobs_read": jobs_read, "jobs": rollup.fleet.jobs,
                   "ett_pct": rollup.fleet.ett_pct, "gpu_hours": rollup.fleet.gpu_hours,
+                  "slow_gpu_hours": rollup.fleet.gpu_hours_lost_to_slow_steps,
+                  "slow_pct": rollup.fleet.slow_steps_pct_of_effective,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+'''
+
+# The cut of each job into the day (`job_day`) alone, as simulated (no simulated job has a
+# slow step: every span of a synthetic job runs at its step time) and with every job's
+# slow steps set to a tenth of its effective time, so the allotment by effective time
+# (a job begun before the day sums its effective time before it) is timed too.
+_CUT = r'''
+import dataclasses, json, sys, time
+import datetime as dt
+from airflow_ett.ett.attribution.slow_steps import SlowSteps
+from airflow_ett.rollup import day_window, job_day
+from airflow_ett.store import EttStore
+
+url, day = sys.argv[1], dt.date.fromisoformat(sys.argv[2])
+window = day_window(day, "UTC")
+store = EttStore(url)
+plain = list(store.daily.attributions(window.lo, window.hi, now=window.hi + 2 * 86400))
+slow = [dataclasses.replace(a, slow_steps=SlowSteps(
+    ideal_step_us=1.0, effective_steps=1.0, steady_steps=1.0, spans=1, slow_spans=1,
+    lost_us=a.effective_us // 10, effective_us=a.effective_us)) for a in plain]
+
+
+def best(attributions):
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for a in attributions:
+            job_day(a, window, gpus=a.world_size)
+        times.append(time.perf_counter() - start)
+    return min(times) * 1000
+
+
+print(json.dumps({"jobs": len(plain), "before_day": sum(a.submitted_at < window.lo
+                                                        for a in plain),
+                  "cut_ms": best(plain), "cut_slow_ms": best(slow)}))
 '''
 
 
@@ -112,6 +157,14 @@ def measure(url: str, how: str) -> dict[str, float]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def cut_cost(url: str) -> dict[str, float]:
+    """On the second simulated day, where the first day's late jobs run on."""
+    second = DAY + dt.timedelta(days=1)
+    out = subprocess.run([sys.executable, "-c", _CUT, url, second.isoformat()],
+                         check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="2000,20000", help="jobs per day, comma-separated")
@@ -126,6 +179,7 @@ def main() -> None:
           f"days (seed {SEED}), the first rolled up")
     print(f"{'backend':<9}{'jobs/day':>9}{'events':>10}{'way':>10}{'jobs read':>10}"
           f"{'seconds':>9}{'peak MB':>9}{'vs ours':>9}")
+    slow: list[str] = []
     for backend in args.backends.split(","):
         ours_by_size: dict[int, float] = {}
         for size in sizes:
@@ -135,18 +189,30 @@ def main() -> None:
                 ways = ["ours", "stock"] + (["baseline"] if size <= args.skip_baseline_above
                                             else [])
                 results = {how: measure(url, how) for how in ways}
+                if backend == "sqlite":  # pure work: the same on either database
+                    cut = cut_cost(url)
+                    slow.append(f"job_day of the 2nd day, {cut['jobs']:.0f} jobs "
+                                f"({cut['before_day']:.0f} begun before the day): "
+                                f"{cut['cut_ms']:.0f} ms as "
+                                f"simulated, {cut['cut_slow_ms']:.0f} ms with slow steps "
+                                "in every job")
             ours = results["ours"]
             ours_by_size[size] = ours["seconds"]
             for how, r in results.items():
                 assert r["jobs"] == ours["jobs"] and abs(r["ett_pct"] - ours["ett_pct"]) < 1e-9
+                assert abs(r["slow_gpu_hours"] - ours["slow_gpu_hours"]) < 1e-9, (how, r)
                 print(f"{backend:<9}{size:>9}{events:>10}{how:>10}{r['jobs_read']:>10.0f}"
                       f"{r['seconds']:>9.2f}{r['rss_mb']:>9.0f}"
                       f"{r['seconds'] / ours['seconds']:>8.2f}x")
+            slow.append(f"{backend} {size}: slow steps {ours['slow_gpu_hours']:,.2f} GPU-h "
+                        f"lost inside effective training, {ours['slow_pct']:.2f}% of it")
         if len(sizes) > 1:
             lo, hi = min(sizes), max(sizes)
             print(f"{backend}: growth {lo} -> {hi} jobs/day: time x"
                   f"{ours_by_size[hi] / ours_by_size[lo]:.1f} for jobs x{hi / lo:.0f} "
                   f"(linear: x{hi / lo:.0f})")
+    for line in slow:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -49,3 +49,14 @@ def fmt_step(seconds: float | None) -> str:
     if v is None:
         return "-"
     return f"{v * 1000:.1f} ms" if abs(v) < 1 else f"{v:.2f} s"
+
+
+def fmt_slow_steps(gpu_hours: float | None, pct_of_effective: float | None) -> str:
+    """GPU-hours lost to slow steps and their share of the effective GPU time (decision
+    0035): `12.34 (3.1%)`; the hours alone without effective time; `-` for a day stored
+    before the figure."""
+    hours = fmt_gpu_h(gpu_hours)
+    if hours == "-":
+        return hours
+    share = _finite(pct_of_effective)
+    return hours if share is None else f"{hours} ({share:.1f}%)"

@@ -47,7 +47,13 @@ from markupsafe import Markup
 from airflow_ett._fs import atomic_write
 from airflow_ett.ett.events import FAILURE_CAUSES
 from airflow_ett.ett.phases import COMPONENTS, EFFECTIVE
-from airflow_ett.report.formatting import fmt_delta, fmt_duration, fmt_gpu_h, fmt_pct
+from airflow_ett.report.formatting import (
+    fmt_delta,
+    fmt_duration,
+    fmt_gpu_h,
+    fmt_pct,
+    fmt_slow_steps,
+)
 from airflow_ett.report.timeline import OUTSIDE_ATTEMPTS, RunTimeline
 from airflow_ett.rollup.day import DayRollup
 
@@ -434,6 +440,8 @@ def _headline(ordered: Sequence[DayRollup], before: DayRollup | None) -> dict[st
         "previous": previous.day if previous is not None else None,
         "jobs": f"{f.jobs:,}", "gpu_hours": fmt_gpu_h(f.gpu_hours),
         "lost": fmt_gpu_h(f.gpu_hours_lost),
+        "slow_steps": fmt_gpu_h(f.gpu_hours_lost_to_slow_steps),
+        "slow_steps_pct": _share(f.slow_steps_pct_of_effective),
         "failures_per_attempt": f"{f.failures_per_attempt:.3f}",
         "failures_without_preemption": f"{f.failures_per_attempt_without_preemption:.3f}",
         "preemptions": f"{f.nof.get('preemption', 0):,}",
@@ -466,6 +474,8 @@ def _tables(last: DayRollup) -> dict[str, Any]:
                for w in sorted(last.what_if, key=lambda w: -w.gain_pts)]
     tenants = [{"tenant": name, "jobs": f"{g.jobs:,}", "ett": fmt_pct(g.ett_pct),
                 "gpu_h": fmt_gpu_h(g.gpu_hours), "lost": fmt_gpu_h(g.gpu_hours_lost),
+                "slow": fmt_slow_steps(g.gpu_hours_lost_to_slow_steps,
+                                       g.slow_steps_pct_of_effective),
                 "fpa": f"{g.failures_per_attempt:.3f}", "provisional": g.provisional_jobs}
                for name, g in sorted(last.tenants.items(),
                                      key=lambda kv: (-kv[1].gpu_hours_lost, kv[0]))]

@@ -1,8 +1,9 @@
 """The morning report as text (`airflow-ett report`, the nightly `report.txt`): the fleet
 (or one tenant) on one day, its change from the day before, the components with their
-owners and SLOs, failures, what-if, the worst runs; over several days, a trend table
-first. Built as rich renderables through `airflow_ett.console`, the one place that
-meets rich: plain text off a terminal, as README and tests read it.
+owners and SLOs, the GPU-hours lost to slow steps inside effective training (decision
+0035), failures, what-if, the worst runs; over several days, a trend table first. Built
+as rich renderables through `airflow_ett.console`, the one place that meets rich: plain
+text off a terminal, as README and tests read it.
 """
 
 from __future__ import annotations
@@ -73,6 +74,27 @@ def _components(g: GroupFigures, day: DayRollup, terminal: bool) -> RenderableTy
                  terminal=terminal)
 
 
+def slow_steps_line(g: GroupFigures) -> str:
+    """Level 3 inside effective training (decision 0035): its GPU-hours and its share of
+    the effective GPU time; `-` for a day stored before the figure (or no effective time)."""
+    share = g.slow_steps_pct_of_effective
+    return (f"slow steps: {fmt_gpu_h(g.gpu_hours_lost_to_slow_steps)} GPU-h lost inside "
+            f"effective training ({'-' if share is None else f'{share:.1f}%'} of it; "
+            "in ETT%, not in lost)")
+
+
+def _slow_steps_most(day: DayRollup) -> str:
+    """The tenant and the model that lost the most GPU-hours to slow steps, if any did."""
+    out = []
+    for scope, groups in (("tenant", day.tenants), ("model", day.models)):
+        known = [(g.gpu_hours_lost_to_slow_steps, name) for name, g in groups.items()
+                 if g.gpu_hours_lost_to_slow_steps]
+        if known:
+            hours, name = min(known, key=lambda x: (-x[0], x[1]))
+            out.append(f"{scope} {name} {fmt_gpu_h(hours)}")
+    return f"; most: {', '.join(out)}" if out else ""
+
+
 def _failures(g: GroupFigures) -> list[RenderableType]:
     causes = ", ".join(f"{k} {v}" for k, v in g.nof.items() if k != "total" and v)
     return [
@@ -123,8 +145,9 @@ def day_view(day: DayRollup, before: DayRollup | None, *, tenant: str | None = N
         name = f"tenant {tenant}"
     else:
         g, prior, name = day.fleet, before.fleet if before else None, "fleet"
+    slow = slow_steps_line(g) + (_slow_steps_most(day) if tenant is None else "")
     parts = [*_headline(name, g, day, prior, terminal), _components(g, day, terminal),
-             *_failures(g)]
+             Text(slow), *_failures(g)]
     if tenant is None:
         parts += _fleet_extras(day, terminal)
     parts += _worst_runs(day, tenant, terminal)
@@ -138,13 +161,15 @@ def trend_view(days: Sequence[DayRollup], *, tenant: str | None = None,
     for day in days:
         g = day.tenants.get(tenant) if tenant else day.fleet
         if g is None:
-            rows.append((day.day, "-", "", "0", "-", "-", ""))
+            rows.append((day.day, "-", "", "0", "-", "-", "-", ""))
             continue
         note = "provisional" if g.provisional_jobs else ""
         rows.append((day.day, _pct(g.ett_pct), _change(g.ett_pct, previous).strip(" ()"),
-                     str(g.jobs), fmt_gpu_h(g.gpu_hours), fmt_gpu_h(g.gpu_hours_lost), note))
+                     str(g.jobs), fmt_gpu_h(g.gpu_hours), fmt_gpu_h(g.gpu_hours_lost),
+                     fmt_gpu_h(g.gpu_hours_lost_to_slow_steps), note))
         if g.ett_pct is not None:  # a day with no job is skipped, not a change to 0
             previous = g.ett_pct
     return table(["day", Column("ETT%", justify="right"), Column("change", justify="right"),
                   Column("jobs", justify="right"), Column("GPU-h", justify="right"),
-                  Column("lost", justify="right"), ""], rows, terminal=terminal)
+                  Column("lost", justify="right"), Column("slow steps", justify="right"),
+                  ""], rows, terminal=terminal)

@@ -11,6 +11,13 @@ shares: None, never 0. `e2e_s`, `effective_s` and `components_s` stay plain seco
 summed over jobs. Sums are taken in integer microseconds (GPU-microseconds) and turned
 into seconds and hours only at the end, so the tenants' GPU-hours add up to the fleet's
 exactly as the integers do.
+
+Slow steps (Level 3, decision 0035) are time *inside* effective training, so they are in
+neither `gpu_hours_lost` nor any lost share and leave ETT% as it is: the GPU-hours of
+effective training spent on steps slower than each job's ideal, and their share of the
+group's effective GPU time ("3.1% of effective training was lost to slow steps"). None
+for a group holding a job-day whose slow steps are not known (stored before the figure),
+and the share None for a group with no effective GPU time.
 """
 
 from __future__ import annotations
@@ -51,6 +58,10 @@ class GroupFigures(msgspec.Struct, frozen=True, kw_only=True):
     attempts_per_job: float
     failures_per_attempt: float
     failures_per_attempt_without_preemption: float
+    # Level 3 inside effective training (decision 0035); added after the first rows, hence
+    # the defaults: None in a day stored before it
+    gpu_hours_lost_to_slow_steps: float | None = None
+    slow_steps_pct_of_effective: float | None = None  # of the effective GPU time
 
 
 def percentile(values: Sequence[float], pct: float) -> float | None:
@@ -102,6 +113,10 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
     jobs_with_attempts: int = 0
     tts_s: list[float] = msgspec.field(default_factory=list)
     ttr_s: list[float] = msgspec.field(default_factory=list)
+    # slow steps (decision 0035): their GPU-microseconds, and the job-days they are known
+    # for; a part stored before them decodes with 0 of `jobs` known, so its figure is None
+    slow_steps_gpu_us: int = 0
+    slow_steps_jobs: int = 0
 
     def add(self, r: JobDay) -> None:
         self.jobs += 1
@@ -119,6 +134,9 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
             self.jobs_with_attempts += 1
         if r.tts_us is not None:
             self.tts_s.append(r.tts_us / US_PER_S)
+        if r.slow_steps_us is not None:
+            self.slow_steps_gpu_us += r.slow_steps_us * r.gpus
+            self.slow_steps_jobs += 1
         nof = self.nof
         self.failures += len(r.failures)
         for f in r.failures:
@@ -132,6 +150,12 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
         """The GPU-microseconds of effective training: the GPU time no lost component has
         (a job-day's six components partition its E2E: `job_day.job_day`)."""
         return self.gpu_us - sum(self.lost_gpu_us.values())
+
+    @property
+    def slow_steps_known(self) -> bool:
+        """Whether every job-day's slow steps are in the sums (none is a row stored before
+        them)."""
+        return self.slow_steps_jobs == self.jobs
 
     def merge(self, other: Totals) -> None:
         """Add `other`'s sums to these (`other` is left as it was)."""
@@ -147,6 +171,8 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
         self.attempts += other.attempts
         self.preempted_attempts += other.preempted_attempts
         self.jobs_with_attempts += other.jobs_with_attempts
+        self.slow_steps_gpu_us += other.slow_steps_gpu_us
+        self.slow_steps_jobs += other.slow_steps_jobs
         self.tts_s.extend(other.tts_s)
         self.ttr_s.extend(other.ttr_s)
 
@@ -160,6 +186,7 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
         nof["total"] = self.failures
         without = nof["total"] - nof["preemption"]
         preempted = self.preempted_attempts
+        slow = self.slow_steps_gpu_us if self.slow_steps_known else None
         return GroupFigures(
             jobs=self.jobs,
             provisional_jobs=self.provisional_jobs,
@@ -180,6 +207,9 @@ class Totals(msgspec.Struct, kw_only=True, gc=False):
             failures_per_attempt=nof["total"] / attempts if attempts else 0.0,
             failures_per_attempt_without_preemption=(
                 without / (attempts - preempted) if attempts > preempted else 0.0),
+            gpu_hours_lost_to_slow_steps=None if slow is None else slow / US_PER_H,
+            slow_steps_pct_of_effective=(None if slow is None
+                                         else group_share_pct(slow, self.effective_gpu_us)),
         )
 
 

@@ -10,6 +10,14 @@ Two kinds of figure, two rules (docs/decisions/0010-rollup-days.md):
   its first effective step began; an attempt in the day it started. Summed over the days,
   each one is counted once.
 
+*Slow steps* (Level 3 inside effective training, `ett/attribution/slow_steps.py`) are a
+figure of the whole job, not of an instant nor labelled on its timeline: a job's loss
+`L` is allocated to the days in proportion to its effective training time in each, by the
+cumulative floor `L * E(hi) // E - L * E(lo) // E`, where `E(t)` is the job's effective
+time before `t` and `E` its whole effective time. The days of a partition of time then
+add up to `L` exactly (the floors telescope), each day computed alone, and a day never
+gets more slow-step time than it has effective time (decision 0035).
+
 A job still running is cut at its `now` (the attribution's end) and marked provisional.
 Integers throughout (microseconds, GPU-microseconds), so that sums are exact.
 """
@@ -51,6 +59,9 @@ class JobDay:
     # not ended and silent too long: counted only up to a bound after its last event
     # (`[ett] rollup_silent_after_s`; decision 0010)
     silent: bool = False
+    # the job's slow-step loss allocated to the day (inside `components_us[EFFECTIVE]`);
+    # None: not known (a job row stored before the figure, decision 0035)
+    slow_steps_us: int | None = None
 
     @property
     def effective_us(self) -> int:
@@ -67,6 +78,29 @@ class JobDay:
     @property
     def lost_gpu_us(self) -> int:
         return self.lost_us * self.gpus
+
+    @property
+    def slow_steps_gpu_us(self) -> int | None:
+        return None if self.slow_steps_us is None else self.slow_steps_us * self.gpus
+
+
+def _slow_steps_in(attribution: JobAttribution, lo_us: int, effective_in_day_us: int) -> int:
+    """The job's slow-step loss allocated to the window starting at `lo_us` that holds
+    `effective_in_day_us` of its effective time: the cumulative floors of decision 0035."""
+    slow = attribution.slow_steps
+    whole = attribution.effective_us
+    if slow is None or whole <= 0 or effective_in_day_us <= 0:
+        return 0
+    lost = min(slow.lost_us, whole)
+    if lost <= 0:
+        return 0
+    tl = attribution.timeline
+    before = 0
+    if len(tl) and tl.starts[0] < lo_us:  # the job began before the window
+        components = attribution.phase_components
+        before = sum(us for label, us in tl.totals(None, lo_us).items()
+                     if components[label] == EFFECTIVE)
+    return lost * (before + effective_in_day_us) // whole - lost * before // whole
 
 
 def job_day(attribution: JobAttribution, window: DayWindow, *, gpus: int = 1,
@@ -99,4 +133,5 @@ def job_day(attribution: JobAttribution, window: DayWindow, *, gpus: int = 1,
         preempted_attempts=sum(1 for a in started
                                if a.status == "failed" and a.cause == "preemption"),
         silent=silent,
+        slow_steps_us=_slow_steps_in(attribution, lo, clipped.components_us[EFFECTIVE]),
     )

@@ -67,6 +67,7 @@ class _PayloadOfRow(msgspec.Struct, frozen=True, gc=False):
     attempts: int = 0
     preempted_attempts: int = 0
     silent: bool = False
+    slow_steps_s: float | None = None  # None: a row stored before the figure (0035)
 
 
 _payload_of_row: Final = msgspec.json.Decoder(_PayloadOfRow)
@@ -84,14 +85,15 @@ def _job_day_of(job: str, tenant: str, model: str, dag_id: str | None, run_id: s
         components_us = {c: round(sec * US_PER_S) for c, sec in components.items()}
     else:
         components_us = {c: round(components.get(c, 0.0) * US_PER_S) for c in COMPONENTS}
-    tts_s = payload.tts_s
+    tts_s, slow_s = payload.tts_s, payload.slow_steps_s
     failures = tuple([FailureInDay(f.cause, None if f.ttr_s is None
                                    else round(f.ttr_s * US_PER_S))
                       for f in payload.failures]) if payload.failures else ()
     return JobDay(job, tenant, model, dag_id, run_id, int(gpus), bool(provisional),
                   bool(synthetic), round(e2e_s * US_PER_S), components_us,
                   None if tts_s is None else round(tts_s * US_PER_S), failures,
-                  payload.attempts, payload.preempted_attempts, payload.silent)
+                  payload.attempts, payload.preempted_attempts, payload.silent,
+                  None if slow_s is None else round(slow_s * US_PER_S))
 
 
 def job_day_of_row(row: Mapping[str, Any]) -> JobDay:
@@ -112,6 +114,7 @@ def _job_row(day: str, d: JobDay) -> dict[str, Any]:
         "attempts": d.attempts,
         "preempted_attempts": d.preempted_attempts,
         "silent": d.silent,
+        "slow_steps_s": None if d.slow_steps_us is None else d.slow_steps_us / US_PER_S,
     }
     return {"day": day, "job": d.job, "tenant": d.tenant, "model": d.model,
             "dag_id": d.dag_id, "run_id": d.run_id, "gpus": d.gpus,
@@ -148,7 +151,9 @@ def _part_row(day: str, p: DayPart) -> dict[str, Any]:
     figures = p.totals.figures()
     return {"day": day, "scope": PART_SCOPE, "key": _part_key(p), "jobs": figures.jobs,
             "ett_pct": figures.ett_pct, "gpu_hours": figures.gpu_hours,
-            "gpu_hours_lost": figures.gpu_hours_lost, "payload": _json(p)}
+            "gpu_hours_lost": figures.gpu_hours_lost,
+            "gpu_hours_lost_to_slow_steps": figures.gpu_hours_lost_to_slow_steps,
+            "payload": _json(p)}
 
 
 def _group_rows(r: DayRollup) -> list[dict[str, Any]]:
@@ -157,12 +162,23 @@ def _group_rows(r: DayRollup) -> list[dict[str, Any]]:
         for key, g in groups.items():
             rows.append({"day": r.day, "scope": scope, "key": key, "jobs": g.jobs,
                          "ett_pct": g.ett_pct, "gpu_hours": g.gpu_hours,
-                         "gpu_hours_lost": g.gpu_hours_lost, "payload": _json(g)})
-    for team in r.teams:
+                         "gpu_hours_lost": g.gpu_hours_lost,
+                         "gpu_hours_lost_to_slow_steps": g.gpu_hours_lost_to_slow_steps,
+                         "payload": _json(g)})
+    for team in r.teams:  # a team owns components: slow steps are inside one, NULL
         rows.append({"day": r.day, "scope": "team", "key": team.team, "jobs": r.fleet.jobs,
                      "ett_pct": None, "gpu_hours": None,
-                     "gpu_hours_lost": team.gpu_hours_lost, "payload": _json(team)})
+                     "gpu_hours_lost": team.gpu_hours_lost,
+                     "gpu_hours_lost_to_slow_steps": None, "payload": _json(team)})
     return rows
+
+
+def _stored_id(payload: str) -> object:
+    """The id of a stored event that no longer decodes, for the message that names it."""
+    try:
+        return json.loads(payload).get("id", "?")
+    except (ValueError, AttributeError):
+        return "?"
 
 
 class RowAccess(Protocol):
@@ -202,17 +218,20 @@ class DailyRollups:
         return list(self._store._read(lambda conn: conn.scalars(query).all()))
 
     def _events_by_job(self, conn: Connection, ids: Sequence[str]) -> dict[str, list[Event]]:
+        """The jobs' events, in order. Only the job and the payload are read: the id is in
+        the payload, and reading its column for every event cost a fifth of the fetch
+        (bench/RESULTS.md, the nightly rollup rerun for decision 0035)."""
         rows = conn.execute(
-            sa.select(events.c.job, events.c.id, events.c.payload)
+            sa.select(events.c.job, events.c.payload)
             .where(events.c.job.in_(ids)).order_by(events.c.job, events.c.ts, events.c.seq)
         ).all()
         out: dict[str, list[Event]] = {job: [] for job in ids}
-        for job, event_id, payload in rows:
+        for job, payload in rows:
             try:
                 out[job].append(decode_stored(payload))
             except EventError as exc:  # stored before a rule tightened: skip, say so
                 log.warning("ETT store %s: job %r: stored event %r left out of the rollup: "
-                            "%s", self._store.url, job, event_id, exc)
+                            "%s", self._store.url, job, _stored_id(payload), exc)
         return out
 
     def attributions(self, lo: float, hi: float, *, now: float,
@@ -285,7 +304,9 @@ class DailyRollups:
         day_row = {"day": day, "tz": rollup.tz, "lo": rollup.lo, "hi": rollup.hi,
                    "computed_at": rollup.computed_at, "provisional": rollup.provisional,
                    "jobs": fleet.jobs, "ett_pct": fleet.ett_pct, "gpu_hours": fleet.gpu_hours,
-                   "gpu_hours_lost": fleet.gpu_hours_lost, "payload": _json(rollup)}
+                   "gpu_hours_lost": fleet.gpu_hours_lost,
+                   "gpu_hours_lost_to_slow_steps": fleet.gpu_hours_lost_to_slow_steps,
+                   "payload": _json(rollup)}
         group_rows = _group_rows(rollup) + [_part_row(day, p) for p in parts]
         job_rows = [_job_row(day, d) for d in job_days]
 

@@ -109,6 +109,9 @@ daily_days = sa.Table(
     sa.Column("gpu_hours", sa.Double(), nullable=False),
     sa.Column("gpu_hours_lost", sa.Double(), nullable=False),
     sa.Column("payload", sa.Text(), nullable=False),
+    # inside effective training, not part of gpu_hours_lost; NULL for a day stored before
+    # it (migration 0005, decision 0035)
+    sa.Column("gpu_hours_lost_to_slow_steps", sa.Double(), nullable=True),
 )
 
 daily_groups = sa.Table(
@@ -122,6 +125,8 @@ daily_groups = sa.Table(
     sa.Column("gpu_hours", sa.Double(), nullable=True),
     sa.Column("gpu_hours_lost", sa.Double(), nullable=False),
     sa.Column("payload", sa.Text(), nullable=False),
+    # as the day's; NULL for a team, and for a row stored before it (migration 0005)
+    sa.Column("gpu_hours_lost_to_slow_steps", sa.Double(), nullable=True),
 )
 
 daily_jobs = sa.Table(

@@ -15,7 +15,7 @@ import pytest
 from airflow_ett.cli import main
 from airflow_ett.rollup import day_of
 from airflow_ett.store import EttStore, upgrade
-from tests.rollup.scenarios import job_a, job_b
+from tests.rollup.scenarios import job_a, job_b, slow_job
 
 
 @pytest.fixture
@@ -56,6 +56,9 @@ def test_rollup_then_the_text_report(url: str, capsys: pytest.CaptureFixture[str
     assert ("failures per attempt: 0.500 (0.500 without preemption); NoF 1 (infra 1); "
             "preemptions 0; attempts per job 2.00") in lines
     assert "cut wasted_training by 50%" in out and "91.5" in out  # 7500 / 8200
+    # Level 3 inside effective training: their steps ran at their ideal pace
+    assert ("slow steps: 0.00 GPU-h lost inside effective training (0.0% of it; in ETT%, "
+            "not in lost)") in lines
     assert any(line.split()[:3] == ["b", "t2", "0.28"] for line in lines)
 
 
@@ -66,8 +69,9 @@ def test_a_range_shows_the_trend_and_a_tenant_only_its_figures(
                        "--store-url", url)
     assert code == 0
     trend = out.split("\n\n")[0].splitlines()
-    assert trend[1].split() == ["2026-11-27", "83.3", "1", "2.00", "0.33"]
-    assert trend[2].split() == ["2026-11-28", "88.2", "+4.9", "2", "2.36", "0.28"]
+    assert trend[0].split()[-2:] == ["slow", "steps"]
+    assert trend[1].split() == ["2026-11-27", "83.3", "1", "2.00", "0.33", "0.00"]
+    assert trend[2].split() == ["2026-11-28", "88.2", "+4.9", "2", "2.36", "0.28", "0.00"]
     code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--tenant", "t1",
                        "--store-url", url)
     assert code == 0 and out.startswith("tenant t1 ETT% 100.0 (+16.7)   jobs 1")
@@ -99,6 +103,41 @@ def test_json_and_csv_carry_the_same_figures(url: str,
                     "--tenant", "t2", "--store-url", url)
     (only,) = json.loads(out)
     assert only["tenant"] == "t2" and only["figures"]["ett_pct"] == pytest.approx(60.0)
+
+
+def test_the_reports_show_the_gpu_hours_lost_to_slow_steps(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Job s (4 GPUs, tenant t1, model m2) lost 1000 s to slow steps, 2/3 of it allotted
+    to 2026-11-28 by its effective time there (tests/rollup/test_slow_steps_days.py)."""
+    with EttStore(url) as store:
+        store.insert_events(slow_job())
+    run(capsys, "rollup", "--from", "2026-11-27", "--to", "2026-11-28", "--store-url", url)
+    code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--store-url", url)
+    # 4 x 666.666667 GPU-s; of the day's 4 x 4000 + 2 x 3000 + 1500 effective GPU-s
+    assert code == 0
+    assert ("slow steps: 0.74 GPU-h lost inside effective training (11.3% of it; in ETT%, "
+            "not in lost); most: tenant t1 0.74, model m2 0.74") in out.splitlines()
+    _, out, _ = run(capsys, "report", "--from", "2026-11-27", "--to", "2026-11-28",
+                    "--format", "json", "--store-url", url)
+    before, day = json.loads(out)
+    assert day["fleet"]["gpu_hours_lost_to_slow_steps"] == pytest.approx(4 * 666.666667 / 3600)
+    assert day["models"]["m2"]["slow_steps_pct_of_effective"] == pytest.approx(
+        100 * 666.666667 / 4000)
+    assert day["tenants"]["t2"]["gpu_hours_lost_to_slow_steps"] == 0.0
+    # the two days hold the job's whole loss, to the GPU-microsecond
+    both = before["fleet"]["gpu_hours_lost_to_slow_steps"] + \
+        day["fleet"]["gpu_hours_lost_to_slow_steps"]
+    assert round(both * 3600 * 10**6) == 4 * 1000 * 10**6
+    _, out, _ = run(capsys, "report", "--date", "2026-11-28", "--format", "csv",
+                    "--store-url", url)
+    figures = {(r["scope"], r["key"], r["metric"]): r["value"]
+               for r in csv.DictReader(io.StringIO(out))}
+    assert float(figures["tenant", "t1", "gpu_hours_lost_to_slow_steps"]) == pytest.approx(
+        4 * 666.666667 / 3600)
+    code, out, _ = run(capsys, "report", "--date", "2026-11-28", "--tenant", "t1",
+                       "--store-url", url)
+    assert code == 0 and any(line.startswith("slow steps: 0.74 GPU-h lost") and "most" not in line
+                             for line in out.splitlines())
 
 
 def test_reports_can_be_written_to_a_directory(url: str, tmp_path: Path,

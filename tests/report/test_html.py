@@ -78,6 +78,9 @@ def test_the_headline_is_the_last_days_figures_with_the_change() -> None:
     assert "NoF <b>1 (infra 1)</b>" in text
     assert "TTR p50 / p90 <b>11.7 min / 11.7 min</b>" in text  # 700 s
     assert "2026-11-27 to 2026-11-28 (UTC)" in text
+    # Level 3 inside effective training: these jobs' steps kept their ideal pace
+    assert (by_id(text, "fleet-slow-steps"), by_id(text, "fleet-slow-steps-pct")) == (
+        "0.00", "0.0%")
 
 
 def test_one_day_alone_has_no_change_and_days_may_come_in_any_order() -> None:
@@ -111,6 +114,7 @@ def test_the_tables_hold_the_components_what_if_and_top_runs() -> None:
     assert run[:3] == ["b", "t2", "m1"] and run[6:] == ["0.28", "60.0", "wasted_training"]
     tenants = {row[0]: row for row in rows_of(text, "tenants")}
     assert tenants["t1"][1:3] == ["1", "100.0"] and tenants["t2"][2] == "60.0"
+    assert tenants["t1"][5] == "0.00 (0.0%)"  # slow steps, of its effective GPU time
     teams = {row[0]: row for row in rows_of(text, "teams")}
     assert teams["checkpoint-team"][-1] == "wasted_training"
 
@@ -122,6 +126,32 @@ def test_the_tables_hold_the_components_what_if_and_top_runs() -> None:
 def test_gpu_hours_are_formatted_for_fleets_large_and_small(value: float | None,
                                                             text: str) -> None:
     assert fmt.fmt_gpu_h(value) == text
+
+
+def test_slow_steps_are_gpu_hours_and_their_share_of_effective_time() -> None:
+    assert fmt.fmt_slow_steps(12.345, 3.14) == "12.35 (3.1%)"
+    assert fmt.fmt_slow_steps(0.0, None) == "0.00"  # no effective GPU time: no share
+    assert fmt.fmt_slow_steps(None, None) == "-"  # a day stored before the figure
+
+
+def test_a_day_stored_before_slow_steps_shows_a_dash() -> None:
+    days, timelines = hand_days()
+
+    def stored_before(group: dict[str, object]) -> dict[str, object]:
+        return {k: v for k, v in group.items()
+                if k not in ("gpu_hours_lost_to_slow_steps", "slow_steps_pct_of_effective")}
+
+    old = []
+    for d in days:  # the JSON a day stored before the figure has: without its fields
+        stored = msgspec.to_builtins(d)
+        stored["fleet"] = stored_before(stored["fleet"])
+        for scope in ("tenants", "models"):
+            stored[scope] = {k: stored_before(g) for k, g in stored[scope].items()}
+        old.append(msgspec.convert(stored, type=type(d)))
+    assert old[-1].fleet.gpu_hours_lost_to_slow_steps is None
+    text = report.render_html(old, timelines, title="x", script_src=SRC)
+    assert (by_id(text, "fleet-slow-steps"), by_id(text, "fleet-slow-steps-pct")) == ("-", "-")
+    assert {row[5] for row in rows_of(text, "tenants")} == {"-"}
 
 
 def test_percentages_changes_and_durations_are_formatted_as_the_text_report() -> None:

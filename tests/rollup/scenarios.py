@@ -106,3 +106,53 @@ def issue_day_jobs(day: str = "2026-11-29") -> list[JobDay]:
                                "effective_training": 22283}),
             jd("y", "small", 1, {"initialization": 2544, "compilation": 4000,
                                  "effective_training": 9764})]
+
+
+class SlowJob:
+    """One job's events: spans of 10 steps (100 cursor units each), attempt by attempt."""
+
+    def __init__(self, job: str, at: float, *, tenant: str = "t", model: str = "m",
+                 gpus: int = 1) -> None:
+        self.job, self.t, self.step, self.n = job, at, 0, 0
+        self.events: list[Event] = []
+        self._add(JobSubmitted, ts=at, tenant=tenant, model=model, world_size=gpus)
+
+    def _add(self, cls: type, **fields: object) -> None:
+        self.n += 1
+        self.events.append(cls(id=f"{self.job}-{self.n}", job=self.job, **fields))
+
+    def attempt(self, name: str, *, wait: float = 5.0, step: int | None = None) -> None:
+        self.t += wait
+        self.attempt_name = name
+        if step is not None:
+            self.step = step
+        self._add(AttemptStarted, ts=self.t, attempt=name)
+
+    def span(self, seconds: float) -> None:
+        start, self.t = self.t, self.t + seconds
+        s0, self.step = self.step, self.step + 10
+        self._add(Progress, ts=self.t, attempt=self.attempt_name, start_ts=start,
+                  step_start=s0, step_end=self.step, cursor_start=s0 * 10,
+                  cursor_end=self.step * 10)
+
+    def end_attempt(self, status: str = "success", cause: str | None = None) -> None:
+        self.t += 1
+        self._add(AttemptEnded, ts=self.t, attempt=self.attempt_name, status=status,
+                  cause=cause)
+
+    def end(self) -> list[Event]:
+        self._add(JobEnded, ts=self.t, status="success")
+        return self.events
+
+
+def slow_job(lo: float = LO) -> list[Event]:
+    """Slow steps across midnight (tenant t1, model m2, 4 GPUs): 2000 s of effective steps
+    before midnight, 4000 s after, of which one span of 2000 s where the job's ideal (100 s
+    a step, the median of its steady spans) would have taken 1000 s: 1000 s lost, 1/3 of
+    it to the day before and 2/3 to D by effective time (decision 0035)."""
+    job = SlowJob("s", lo - 2000, tenant="t1", model="m2", gpus=4)
+    job.attempt("1", wait=0.0)
+    for seconds in (1000.0, 1000.0, 1000.0, 2000.0, 1000.0):  # the first is the warm-up
+        job.span(seconds)
+    job.end_attempt()
+    return job.end()

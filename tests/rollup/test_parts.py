@@ -38,6 +38,8 @@ US = 1_000_000
 def job_days(draw: st.DrawFn, i: int) -> JobDay:
     components = {c: draw(st.integers(0, 20_000 * US)) for c in COMPONENTS}
     attempts = draw(st.integers(0, 3))
+    # slow steps inside the effective time; None (a row stored before them) now and then
+    slow = draw(st.integers(0, components[EFFECTIVE])) if draw(st.integers(0, 9)) else None
     failures = tuple(FailureInDay(draw(st.sampled_from([*FAILURE_CAUSES, "a_future_cause"])),
                                   draw(st.none() | st.integers(0, 3_000 * US)))
                      for _ in range(draw(st.integers(0, 3))))
@@ -49,7 +51,7 @@ def job_days(draw: st.DrawFn, i: int) -> JobDay:
                   components_us=components,
                   tts_us=draw(st.none() | st.integers(0, 5_000 * US)), failures=failures,
                   attempts=attempts,
-                  preempted_attempts=draw(st.integers(0, attempts)))
+                  preempted_attempts=draw(st.integers(0, attempts)), slow_steps_us=slow)
 
 
 fleets = st.integers(0, 14).flatmap(
@@ -107,6 +109,18 @@ def test_the_one_pass_figures_equal_their_definitions(days: list[JobDay]) -> Non
     assert (got.ttr_p50_s is None) == (not ttr)
     if ttr:
         assert ttr[0] <= got.ttr_p50_s <= ttr[-1]
+    # slow steps: GPU time inside effective training, over the effective GPU time; not
+    # known when one job-day's is not
+    slow = [d.slow_steps_gpu_us for d in days]
+    if None in slow:
+        assert got.gpu_hours_lost_to_slow_steps is None
+        assert got.slow_steps_pct_of_effective is None
+    else:
+        slow_gpu = sum(s for s in slow if s is not None)
+        effective_gpu = sum(d.components_us[EFFECTIVE] * d.gpus for d in days)
+        assert got.gpu_hours_lost_to_slow_steps == slow_gpu / (3600 * US)
+        assert got.slow_steps_pct_of_effective == (100.0 * slow_gpu / effective_gpu
+                                                   if effective_gpu else None)
 
 
 @settings(max_examples=60, deadline=None)

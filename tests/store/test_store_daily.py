@@ -3,6 +3,7 @@ on a rerun, corrected by late events, read back as the same `DayRollup`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from airflow_ett.ett.events import AttemptEnded, AttemptStarted, Event, JobEnded
 from airflow_ett.rollup import DayWindow, day_window, load_components
 from airflow_ett.store import EttStore, daily, upgrade
 from airflow_ett.store.schema import daily_days
-from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b, late_job
+from tests.rollup.scenarios import LO, PREVIOUS, WINDOW, job_a, job_b, late_job, slow_job
 
 NOW = LO + 2 * 86400
 
@@ -285,3 +286,45 @@ def test_a_windows_parts_are_read_by_day_with_their_gpu_counts(store: EttStore) 
     assert by_day["2026-11-01"] == [sums_of(p) for p in parts_of(WEEK_1)]  # JSON skipped
     assert [p.gpu_counts for p in by_day["2026-11-02"]] == [{8: 1}, {4: 1}, {8: 1}]
     assert store.daily.window_parts("2026-11-04", "2026-11-09") == {}
+
+
+def test_slow_steps_are_stored_by_day_and_read_back_exact(store: EttStore) -> None:
+    """Job s lost 1000 s to slow steps on 4 GPUs, 1/3 of it allotted to the day before D
+    and 2/3 to D by its effective time (decision 0035): the rows give back the job-days'
+    microseconds, the columns the figures, and the two days hold the whole loss."""
+    from airflow_ett.ett.attribution import attribute_job
+    from airflow_ett.rollup import job_day
+
+    store.insert_events([*job_a(), *slow_job()])
+    days = [store.daily.compute_day(w, load_components(), now=NOW) for w in (PREVIOUS, WINDOW)]
+    a = attribute_job(store.job_events("s"), now=NOW)
+    for window, rollup in zip((PREVIOUS, WINDOW), days, strict=True):
+        got = {d.job: d for d in store.daily.job_days(rollup.day)}
+        assert got["s"] == job_day(a, window, gpus=4)
+        assert got["a"].slow_steps_us == 0  # its one span is its own ideal
+        (column,) = [r["gpu_hours_lost_to_slow_steps"] for r in store.daily.group_rows(
+            rollup.day, "tenant") if r["key"] == "t1"]
+        assert column == rollup.tenants["t1"].gpu_hours_lost_to_slow_steps
+    by_day = [{d.job: d.slow_steps_us for d in store.daily.job_days(r.day)} for r in days]
+    assert [s["s"] for s in by_day] == [333_333_333, 666_666_667]
+    total = sum(d.slow_steps_us or 0 for r in days for d in store.daily.job_days(r.day))
+    assert total == 1000 * 10**6
+    assert sum(r.fleet.gpu_hours_lost_to_slow_steps or 0.0 for r in days) == pytest.approx(
+        4 * 1000 / 3600)
+
+
+def test_a_stored_event_that_no_longer_decodes_is_left_out_of_the_day_by_its_id(
+        store: EttStore, caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_ett.store.schema import events as events_table
+
+    store.insert_events(job_b())
+    odd = {"type": "job_ended", "v": 1, "id": "odd", "job": "b", "ts": 1e300,
+           "status": "success"}
+    with store.engine.begin() as conn:  # as an earlier version let it in
+        seq = conn.scalar(sa.select(sa.func.max(events_table.c.seq))) or 0
+        conn.execute(events_table.insert().values(
+            id="odd", seq=seq + 1, job="b", type="job_ended", ts=LO + 5000, attempt=None,
+            payload=json.dumps(odd), ingested_at=LO))
+    rollup = store.daily.compute_day(WINDOW, load_components(), now=NOW)
+    assert rollup.fleet.jobs == 1
+    assert "stored event 'odd' left out of the rollup" in caplog.text

@@ -264,6 +264,7 @@ def _point(day: DayRollup) -> models.DayPoint:
     f = day.fleet
     return models.DayPoint(day=day.day, jobs=f.jobs, ett_pct=f.ett_pct,
                            gpu_hours=f.gpu_hours, gpu_hours_lost=f.gpu_hours_lost,
+                           gpu_hours_lost_to_slow_steps=f.gpu_hours_lost_to_slow_steps,
                            provisional=day.provisional, synthetic_jobs=day.synthetic_jobs,
                            computed_at=day.computed_at)
 

@@ -45,6 +45,14 @@ class Group(_Model):
     attempts_per_job: float
     failures_per_attempt: float
     failures_per_attempt_without_preemption: float
+    gpu_hours_lost_to_slow_steps: float | None = Field(
+        None, description="GPU-hours of effective training lost to steps slower than each "
+                          "job's ideal step time (inside effective training: not in "
+                          "gpu_hours_lost); None: a day stored before the figure")
+    slow_steps_pct_of_effective: float | None = Field(
+        None, description="gpu_hours_lost_to_slow_steps over the effective GPU time, "
+                          "percent; None: no effective GPU time, or a day stored before "
+                          "the figure")
 
 
 class Team(_Model):
@@ -105,6 +113,8 @@ class DayPoint(_Model):
     ett_pct: float | None = Field(description="None for a day without GPU time (no job)")
     gpu_hours: float
     gpu_hours_lost: float
+    gpu_hours_lost_to_slow_steps: float | None = Field(
+        None, description="inside effective training (Group's); None: stored before it")
     provisional: bool
     synthetic_jobs: int
     computed_at: float

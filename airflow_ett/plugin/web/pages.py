@@ -76,6 +76,8 @@ def environment() -> jinja2.Environment:
     env.filters.update(pct=fmt.fmt_pct, delta=fmt.fmt_delta, gpu_h=fmt.fmt_gpu_h,
                        dur=fmt.fmt_duration, step=fmt.fmt_step, utc=_utc, nof=_nof,
                        window=_window,
+                       slow=lambda g: fmt.fmt_slow_steps(g.gpu_hours_lost_to_slow_steps,
+                                                         g.slow_steps_pct_of_effective),
                        q=lambda v: quote(str(v), safe=""),
                        rate=lambda v: "-" if v is None else f"{v:.3f}")
     env.globals.update(colours=report.COMPONENT_COLOURS, cause_colours=report.CAUSE_COLOURS)

@@ -44,6 +44,15 @@ def test_the_fleet_page_shows_the_stored_day(client: Client, fleet: F.Fleet) -> 
     assert _text(page, "fleet-jobs") == str(last.fleet.jobs)
     assert _text(page, "fleet-gpu-hours") == fmt.fmt_gpu_h(last.fleet.gpu_hours)
     assert _text(page, "fleet-lost") == fmt.fmt_gpu_h(last.fleet.gpu_hours_lost)
+    # slow steps, inside effective training: the fleet's, and each tenant's beside its row
+    assert last.fleet.gpu_hours_lost_to_slow_steps is not None
+    assert _text(page, "fleet-slow-steps") == fmt.fmt_gpu_h(
+        last.fleet.gpu_hours_lost_to_slow_steps)
+    for name, g in last.tenants.items():
+        cell = re.search(rf'data-tenant="{re.escape(str(escape(name)))}">.*?'
+                         r'<td class="num" data-slow-steps>([^<]*)</td>', page)
+        assert cell is not None and html.unescape(cell.group(1)) == fmt.fmt_slow_steps(
+            g.gpu_hours_lost_to_slow_steps, g.slow_steps_pct_of_effective)
     delta = last.fleet.ett_pct - fleet.days[-3].fleet.ett_pct
     assert _text(page, "fleet-ett-delta") == f"{fmt.fmt_delta(delta)} vs 2026-11-26"
     for row in last.slo:
