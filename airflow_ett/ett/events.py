@@ -708,6 +708,15 @@ def decode_stored(payload: str | bytes) -> Event:
     return event
 
 
+def stored_event_id(payload: str | bytes) -> object:
+    """The id of a stored event that no longer decodes (`decode_stored` refused it), for
+    the message that names it; "?" when even that cannot be read."""
+    try:
+        return json.loads(payload).get("id", "?")
+    except (ValueError, AttributeError):
+        return "?"
+
+
 def parse_lines(lines: Iterable[str | bytes | EventError]) -> ParseResult:
     events: list[Event] = []
     errors: list[EventError] = []

@@ -50,9 +50,11 @@ _rate_limited = RateLimitedLog(log)
 WINDOW: Final = "ett.window"
 #: The gauges set to 0 when the try ends: what a fleet sum adds up.
 CLEARED: Final = ("e2e_s", "gpu_e2e_s", "gpu_effective_s")
-#: The most of one core the sends may take: each reads and attributes all of the job's
-#: events (about half a second of CPU for a day-long job, bench/RESULTS.md), so a job
-#: long enough to cost more is sent for less often than `[ett] rolling_metrics_interval_s`.
+#: The most of one core the sends may take: the first reads and attributes all of the
+#: job's events (about half a second of CPU for a day-long job, bench/RESULTS.md), the
+#: next ones what came since (`store.follow`, decision 0034); a send that still costs
+#: more (a late event reads the job whole) spaces the next one out from
+#: `[ett] rolling_metrics_interval_s`.
 MAX_CPU_SHARE: Final = 0.02
 
 
@@ -144,12 +146,12 @@ class WindowReporter:
             return 0
 
     def _tick(self, minutes: tuple[int, ...]) -> int:
-        from airflow_ett.ett.attribution import attribute_job
-
-        events = self._store().job_events(self.job)
-        if not events:  # its first events are not in the store yet
+        # The store keeps the job's events and attribution between ticks and reads only
+        # what came since (`store.follow`, decision 0034).
+        found = self._store().follow.attribution(self.job, now=self._clock())
+        if found is None:  # its first events are not in the store yet
             return 0
-        a = attribute_job(events, now=self._clock())
+        a = found.attribution
         if not a.provisional:  # it ended: its figures are final, nothing moves now
             self.stop()
             return 0

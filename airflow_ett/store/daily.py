@@ -27,7 +27,7 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from airflow_ett.ett.events import Event, EventError, decode_stored
+from airflow_ett.ett.events import Event, EventError, decode_stored, stored_event_id
 from airflow_ett.ett.phases import COMPONENTS
 from airflow_ett.rollup.figures import US_PER_H, US_PER_S
 from airflow_ett.rollup.job_day import FailureInDay, JobDay
@@ -173,14 +173,6 @@ def _group_rows(r: DayRollup) -> list[dict[str, Any]]:
     return rows
 
 
-def _stored_id(payload: str) -> object:
-    """The id of a stored event that no longer decodes, for the message that names it."""
-    try:
-        return json.loads(payload).get("id", "?")
-    except (ValueError, AttributeError):
-        return "?"
-
-
 class RowAccess(Protocol):
     """What the daily rows need of a store (`EttStore` is one): its masked URL for logs,
     and a read and a write transaction (the write retried on a busy database). Typed so,
@@ -231,7 +223,7 @@ class DailyRollups:
                 out[job].append(decode_stored(payload))
             except EventError as exc:  # stored before a rule tightened: skip, say so
                 log.warning("ETT store %s: job %r: stored event %r left out of the rollup: "
-                            "%s", self._store.url, job, _stored_id(payload), exc)
+                            "%s", self._store.url, job, stored_event_id(payload), exc)
         return out
 
     def attributions(self, lo: float, hi: float, *, now: float,

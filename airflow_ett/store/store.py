@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ from airflow_ett.store.schema import RUNNING, events, jobs, summaries
 if TYPE_CHECKING:
     from airflow_ett.store.alerts import JobFlags, SentAlerts
     from airflow_ett.store.daily import DailyRollups
+    from airflow_ett.store.follow import JobFollowers
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +214,8 @@ class EttStore:
         )
         self._upsert_jobs = self._jobs_upsert(insert)
         self._upsert_summary = self._summary_upsert(insert)
+        self._followers: JobFollowers | None = None
+        self._followers_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -228,6 +232,18 @@ class EttStore:
         from airflow_ett.store.daily import DailyRollups
 
         return DailyRollups(self)
+
+    @property
+    def follow(self) -> JobFollowers:
+        """Jobs' attributions kept between reads, each read on from where it stopped
+        (`store/follow.py`): what a running job's page and gauges read every few
+        seconds. One per store object, so per process."""
+        with self._followers_lock:
+            if self._followers is None:
+                from airflow_ett.store.follow import JobFollowers
+
+                self._followers = JobFollowers(self)
+            return self._followers
 
     @property
     def alerts(self) -> SentAlerts:

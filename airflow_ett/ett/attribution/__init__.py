@@ -23,11 +23,17 @@ After the stages, `window_clip` keeps only a job's time inside `[lo, hi)` (the n
 rollup's days), cut from the final timeline so that a partition of time sums exactly;
 `last_windows` cuts a job's last minutes the same way (a running job's rolling windows).
 
+A running job attributed again and again (its page, its gauges) is kept by
+`IncrementalAttribution` (`incremental`, with `live` and `live_ranks`): its events added
+as they arrive, each pass resuming where the last one stopped, to the same result as
+`attribute_job` over all of them (decision 0034).
+
 The entry points (`attribute`, `attribute_job`, `dedupe`) are in `pipeline`; import every
 public name from this package, not from a stage module.
 """
 
 from airflow_ett.ett.attribution.implied import EFFECTIVE_LABEL, IMPLIED_LABELS, REPLAY_LABEL
+from airflow_ett.ett.attribution.incremental import IncrementalAttribution
 from airflow_ett.ett.attribution.pipeline import attribute, attribute_job, dedupe
 from airflow_ett.ett.attribution.result import (
     AttributionError,
@@ -47,6 +53,7 @@ __all__ = [
     "REPLAY_LABEL",
     "AttributionError",
     "FailureSummary",
+    "IncrementalAttribution",
     "JobAttribution",
     "WindowAttribution",
     "attribute",

@@ -95,8 +95,10 @@ class _Attempt:
             self.end_key = (t, e.id)
             self.end = e
 
-    def report(self) -> AttemptReport:
-        self.spans.sort()
+    def report(self, *, sort: bool = True) -> AttemptReport:
+        """Frozen; `sort=False` for spans kept sorted already (`live.LiveEvents`)."""
+        if sort:
+            self.spans.sort()
         if self.spans:
             self.seen(self.spans[0][0])
         start = self.start if self.start is not None else self.first_seen
@@ -149,6 +151,20 @@ class _Collector:
             if a is not None and (a.rank_end is None or t > a.rank_end):
                 a.rank_end = t
 
+    def collected(self, earliest: int, *, sort_spans: bool = True) -> Collected:
+        """What was read, frozen (rank ends closed already)."""
+        return Collected(
+            submitted=tuple(self.submitted),
+            ended=tuple(self.ended),
+            published=tuple(self.published),
+            phase_marks=tuple(self.phase_marks),
+            checkpoints=tuple(self.checkpoints),
+            attempts=tuple(a.report(sort=sort_spans) for _, a in sorted(self.attempts.items())),
+            earliest=earliest,
+            rank_phase_marks=tuple(self.rank_phase_marks),
+            rank_steps=tuple(self.rank_steps),
+        )
+
     def note(self, e: Event, t: int) -> None:
         """Every event but progress, at its time `t` (microseconds)."""
         if e.rank:
@@ -200,14 +216,4 @@ def collect(events: list[Event]) -> Collected:
                 earliest = t
             out.note(e, t)
     out.close_rank_ends()
-    return Collected(
-        submitted=tuple(out.submitted),
-        ended=tuple(out.ended),
-        published=tuple(out.published),
-        phase_marks=tuple(out.phase_marks),
-        checkpoints=tuple(out.checkpoints),
-        attempts=tuple(a.report() for _, a in sorted(out.attempts.items())),
-        earliest=earliest,
-        rank_phase_marks=tuple(out.rank_phase_marks),
-        rank_steps=tuple(out.rank_steps),
-    )
+    return out.collected(earliest)

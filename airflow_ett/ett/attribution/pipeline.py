@@ -6,21 +6,22 @@ changes nothing; the result depends on the set of events, never on their order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_ett.ett.attribution.assemble import assemble
-from airflow_ett.ett.attribution.attempts import close_attempts
-from airflow_ett.ett.attribution.collect import collect
+from airflow_ett.ett.attribution.attempts import ClosedAttempt, close_attempts
+from airflow_ett.ett.attribution.collect import Collected, collect
 from airflow_ett.ett.attribution.explicit import explicit_phases
-from airflow_ett.ett.attribution.implied import implied_timeline
+from airflow_ett.ett.attribution.implied import Implied, implied_timeline
 from airflow_ett.ett.attribution.level1 import level1
 from airflow_ett.ett.attribution.level2 import level2
 from airflow_ett.ett.attribution.precedence import overlay
 from airflow_ett.ett.attribution.result import AttributionError, JobAttribution
-from airflow_ett.ett.attribution.slow_steps import slow_steps
-from airflow_ett.ett.attribution.stragglers import rank_step_times
-from airflow_ett.ett.attribution.window import job_window
+from airflow_ett.ett.attribution.slow_steps import SlowSteps, slow_steps
+from airflow_ett.ett.attribution.stragglers import RankStepTimes, rank_step_times
+from airflow_ett.ett.attribution.window import JobWindow, job_window
 from airflow_ett.ett.events import Event, event_to_json
+from airflow_ett.ett.timeline import Timeline
 
 
 def dedupe(events: Iterable[Event]) -> tuple[list[Event], int]:
@@ -72,20 +73,43 @@ def attribute_job(events: Iterable[Event], now: float | None = None) -> JobAttri
     return _attribute_unique(jobs[0], unique, now, conflicts=len(conflicted.get(jobs[0], ())))
 
 
+class Stages:
+    """The stages whose work grows with the job's progress, as one pass computes them;
+    `incremental.IncrementalAttribution` resumes them where its last pass stopped."""
+
+    def implied(self, window: JobWindow, attempts: Sequence[ClosedAttempt]) -> Implied:
+        return implied_timeline(window, attempts)
+
+    def slow(self, attempts: Sequence[ClosedAttempt], timeline: Timeline,
+             phase_components: Mapping[str, str]) -> SlowSteps | None:
+        return slow_steps(attempts, timeline, phase_components)
+
+    def ranks(self, collected: Collected) -> RankStepTimes | None:
+        return rank_step_times(collected.rank_steps)
+
+
+_ONE_PASS = Stages()
+
+
 def _attribute_unique(job: str, events: list[Event], now: float | None, *,
                       conflicts: int) -> JobAttribution:
     """One job's events (unique ids, at least one) through the stages, in order."""
-    collected = collect(events)
+    return attribute_collected(job, collect(events), now, conflicts=conflicts)
+
+
+def attribute_collected(job: str, collected: Collected, now: float | None, *,
+                        conflicts: int = 0, stages: Stages = _ONE_PASS) -> JobAttribution:
+    """The stages after `collect`, in order (`stages`: how the growing ones are run)."""
     window = job_window(collected, now)
     closed = close_attempts(window)
-    implied = implied_timeline(window, closed.attempts)
+    implied = stages.implied(window, closed.attempts)
     explicit = explicit_phases(collected, closed.attempts, window)
     timeline = overlay(implied.timeline, explicit)
     l2 = level2(timeline, explicit)
     l1 = level1(timeline, window, closed.attempts, implied.last_progress, l2.phase_components)
-    slow = slow_steps(closed.attempts, timeline, l2.phase_components)
+    slow = stages.slow(closed.attempts, timeline, l2.phase_components)
     warnings = [f"{conflicts} event id(s) reused with different content"] if conflicts else []
     warnings += [*window.warnings, *closed.warnings, *explicit.warnings]
     return assemble(job, collected=collected, window=window, attempts=closed.attempts,
                     explicit=explicit, timeline=timeline, l2=l2, l1=l1, warnings=warnings,
-                    slow=slow, ranks=rank_step_times(collected.rank_steps))
+                    slow=slow, ranks=stages.ranks(collected))

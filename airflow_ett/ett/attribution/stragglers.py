@@ -26,9 +26,14 @@ long; it is wall time of the whole job (multiply by the world size for GPU time)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import bisect
+import functools
+import itertools
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
+from typing import Final, NamedTuple
 
 from airflow_ett.ett.events import RankSteps
 
@@ -71,24 +76,36 @@ class RankStepTimes:
     stragglers: tuple[Straggler, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class _Report:
+class _Report(NamedTuple):
+    """One report, per step. `_waited` and `_straggler` read it by place (`Rep`), so that
+    `live_ranks` may keep plain tuples of these numbers, which the garbage collector stops
+    tracking (a named tuple it tracks: a day of 8 ranks is 70k objects)."""
+
     step_start: int
     steps: int
     busy_us: float  # per step
     wait_us: float  # per step
 
 
+Rep = tuple[int, int, float, float]
+"""A report by place: first step, steps, per-step own time, per-step wait (`_Report`)."""
+_STEPS: Final = 1
+_BUSY: Final = 2
+_WAIT: Final = 3
+
+
 def _weighted_median(pairs: Iterable[tuple[float, int]]) -> float:
     """The value at half the total weight of `(value, weight)` pairs (weights > 0)."""
-    ordered = sorted(pairs)
-    half = sum(w for _, w in ordered) / 2.0
-    seen = 0.0
-    for value, weight in ordered:
-        seen += weight
-        if seen >= half:
-            return value
-    return ordered[-1][0]
+    return _median_of(sorted(pairs))
+
+
+def _median_of(ordered: Sequence[tuple[float, int]]) -> float:
+    """`_weighted_median` of pairs sorted already: the first value whose running weight
+    reaches half the total. Weights are steps (integers), so the running sums are exact
+    and taken in C (`live_ranks` asks this of a day of reports at every page refresh)."""
+    seen = list(itertools.accumulate(map(operator.itemgetter(1), ordered)))
+    at = bisect.bisect_left(seen, seen[-1] / 2.0)
+    return ordered[at][0] if at < len(ordered) else ordered[-1][0]
 
 
 def _steady(reports: list[_Report]) -> list[_Report]:
@@ -97,20 +114,33 @@ def _steady(reports: list[_Report]) -> list[_Report]:
     return reports[1:] if len(reports) > 1 else reports
 
 
+def _report(e: RankSteps) -> _Report:
+    steps = e.step_end - e.step_start
+    return _Report(e.step_start, steps, e.busy_s * 1e6 / steps, e.wait_s * 1e6 / steps)
+
+
 def _by_attempt_and_rank(events: Iterable[RankSteps]) -> dict[str, dict[int, list[_Report]]]:
     out: dict[str, dict[int, list[_Report]]] = {}
     for e in events:
-        steps = e.step_end - e.step_start
-        report = _Report(e.step_start, steps, e.busy_s * 1e6 / steps, e.wait_s * 1e6 / steps)
-        out.setdefault(e.attempt, {}).setdefault(e.rank, []).append(report)
+        out.setdefault(e.attempt, {}).setdefault(e.rank, []).append(_report(e))
     return out
 
 
-def _straggler(attempt: str, ranks: dict[int, list[_Report]]) -> Straggler | None:
+def _waited(reports: Iterable[Rep], total: float = 0) -> float:
+    """`total` and the reports' wait, added one by one in their order (a float sum: the
+    order is part of the figure, `live_ranks` carries it on)."""
+    return functools.reduce(operator.add, (r[_WAIT] * r[_STEPS] for r in reports), total)
+
+
+def _straggler(attempt: str, ranks: Mapping[int, Sequence[Rep]],
+               step_us: dict[int, float] | None = None) -> Straggler | None:
+    """The attempt's straggler among its ranks' steady reports (in the order the ranks
+    first reported; `step_us`: their step times, when known)."""
     if len(ranks) < 2:
         return None
-    step_us = {rank: _weighted_median((r.busy_us, r.steps) for r in reports)
-               for rank, reports in ranks.items()}
+    if step_us is None:
+        step_us = {rank: _weighted_median((r[_BUSY], r[_STEPS]) for r in reports)
+                   for rank, reports in ranks.items()}
     found: Straggler | None = None
     for rank, reports in ranks.items():
         if len(reports) < MIN_REPORTS:
@@ -118,11 +148,11 @@ def _straggler(attempt: str, ranks: dict[int, list[_Report]]) -> Straggler | Non
         others = median(v for q, v in step_us.items() if q != rank)
         if step_us[rank] <= SLOW_RATIO * others:
             continue
-        steps = sum(r.steps for r in reports)
-        slow = sum(r.steps for r in reports if r.busy_us > SLOW_RATIO * others)
+        steps = sum(r[_STEPS] for r in reports)
+        slow = sum(r[_STEPS] for r in reports if r[_BUSY] > SLOW_RATIO * others)
         if slow < CONSISTENT_SHARE * steps:
             continue
-        lost = sum(max(0.0, r.busy_us - others) * r.steps for r in reports)
+        lost = sum(max(0.0, r[_BUSY] - others) * r[_STEPS] for r in reports)
         if found is None or step_us[rank] > found.busy_step_us:
             found = Straggler(attempt=attempt, rank=rank, busy_step_us=step_us[rank],
                               others_step_us=others, slow_share=slow / steps,
@@ -149,7 +179,7 @@ def rank_step_times(events: Sequence[RankSteps]) -> RankStepTimes | None:
         rows.append(RankTime(
             rank=rank, reports=len(reports), steps=steps,
             busy_step_us=_weighted_median((r.busy_us, r.steps) for r in reports),
-            wait_step_us=sum(r.wait_us * r.steps for r in reports) / steps))
+            wait_step_us=_waited(reports) / steps))
     stragglers = [s for attempt in sorted(steady)
                   if (s := _straggler(attempt, steady[attempt])) is not None]
     return RankStepTimes(ranks=tuple(rows), stragglers=tuple(stragglers))

@@ -21,8 +21,11 @@ The fleet, two ways, same result for the same jobs:
 A run: the job id of a DAG run is `job_id_for(dag_id, run_id)` (a job named otherwise, a
 simulated one say, is asked for with its id: `?job=`); its events are attributed now (a
 job still running is provisional, its rolling windows, `[ett] rolling_windows`, cut out of
-that one attribution by `last_windows`). The access check is on the DAG in the path, so
-the job's own recorded DAG and run must be the ones asked for, or it is not found:
+that one attribution by `last_windows`), through `store.follow`, which keeps each job's
+events and attribution between requests and reads and attributes only what came since
+(decision 0034: a day-long job's page in milliseconds, not half a second). The access
+check is on the DAG in the path, so the job's own recorded DAG and run must be the ones
+asked for, or it is not found:
 `a__b` + `c` and `a` + `b__c` name the same job id, and a user allowed to read DAG `a`
 must not read a run of DAG `a__b` through that, nor any job through `?job=`.
 """
@@ -62,8 +65,8 @@ from airflow_ett.rollup import (
 
 if TYPE_CHECKING:
     from airflow_ett.ett.attribution import JobAttribution
-    from airflow_ett.ett.events import Event
     from airflow_ett.store import EttStore
+    from airflow_ett.store.follow import Followed
 
 log = logging.getLogger(__name__)
 
@@ -388,9 +391,8 @@ def _share(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole > 0 else 0.0
 
 
-def _published(events: Iterable[Event]) -> list[models.Published]:
-    return [models.Published(ts=e.ts, uri=e.uri) for e in events
-            if isinstance(e, ModelPublished)]
+def _published(events: Iterable[ModelPublished]) -> list[models.Published]:
+    return [models.Published(ts=e.ts, uri=e.uri) for e in events]
 
 
 def _configured_windows() -> tuple[tuple[int, ...], list[str]]:
@@ -427,34 +429,38 @@ def _timeline(a: JobAttribution) -> tuple[models.Timeline, Any]:
 
 
 def attribute_run(store: EttStore, dag_id: str, run_id: str, *, now: float,
-                  job: str | None = None) -> tuple[JobAttribution, list[Event]] | None:
-    """The run's attribution and events, or None when the store has none for it."""
-    from airflow_ett.ett.attribution import AttributionError, attribute_job
+                  job: str | None = None) -> tuple[JobAttribution, Followed] | None:
+    """The run's attribution and what the page reads of its events, or None when the
+    store has none for it. Read through `store.follow`: the job's events kept from the
+    last request, only what came since read and attributed (decision 0034), the figures
+    those of `attribute_job` over all of them."""
+    from airflow_ett.ett.attribution import AttributionError
 
-    events = store.job_events(job or job_id_for(dag_id, run_id))
-    if not events:
-        return None
     try:
-        attribution = attribute_job(events, now=now)
+        found = store.follow.attribution(job or job_id_for(dag_id, run_id), now=now)
     except AttributionError as exc:
         raise RunUnreadable(f"the stored events of {dag_id} / {run_id} cannot be "
                             f"attributed: {exc}") from None
+    if found is None:
+        return None
+    attribution = found.attribution
     if (attribution.dag_id, attribution.run_id) != (dag_id, run_id):
         return None  # another DAG's run with the same job id (see the module docstring)
-    return attribution, events
+    return attribution, found
 
 
-def _silence(a: JobAttribution, events: Sequence[Event], now: float,
+def _silence(a: JobAttribution, last_ts: float, now: float,
              silent_after_s: float | None) -> list[str]:
-    """A warning for a job not ended that has been silent longer than the rollup's bound:
-    the page shows it running up to now, the rollup no longer counts it (decision 0010)."""
-    if not a.provisional or not events:
+    """A warning for a job not ended that has been silent longer than the rollup's bound
+    (`last_ts`: its latest event): the page shows it running up to now, the rollup no
+    longer counts it (decision 0010)."""
+    if not a.provisional:
         return []
     if silent_after_s is None:
         from airflow_ett.settings import RollupSettings
 
         silent_after_s = RollupSettings.load().silent_after_s
-    quiet = now - max(e.ts for e in events)
+    quiet = now - last_ts
     if silent_after_s <= 0 or quiet <= silent_after_s:
         return []
     return [f"no event for {quiet / 3600:.1f} h: the job may be abandoned (its worker gone "
@@ -483,7 +489,7 @@ def _run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool
     found = attribute_run(store, dag_id, run_id, now=now, job=job)
     if found is None:
         return None
-    a, events = found
+    a, read = found
     window_notes: list[str] = []
     if windows_min is None and a.provisional:
         windows_min, window_notes = _configured_windows()
@@ -519,8 +525,9 @@ def _run(store: EttStore, dag_id: str, run_id: str, *, now: float, figures: bool
                                  detection_s=f.detection_s,
                                  ttr_from_detection_s=f.ttr_from_detection_s)
                   for f in s.failures],
-        published=_published(events), timeline=timeline,
-        warnings=[*s.warnings, *_silence(a, events, now, silent_after_s), *window_notes],
+        published=_published(read.published), timeline=timeline,
+        warnings=[*s.warnings, *_silence(a, read.last_ts, now, silent_after_s),
+                  *window_notes],
         slow_steps=None if s.slow_steps is None else models.SlowSteps(
             ideal_step_s=s.slow_steps.ideal_step_s, lost_s=s.slow_steps.lost_s,
             lost_pct_of_effective=s.slow_steps.lost_pct_of_effective,
