@@ -4,7 +4,8 @@ Runs alone or under torchrun (`torchrun --nproc-per-node 2 -m airflow_ett.traine
 Job and attempt ids come from the arguments or the environment (`ETT_JOB_ID`,
 `ETT_ATTEMPT_ID`, `ETT_ATTEMPT_NUMBER`), which is how the Airflow operator passes them.
 Exit codes: 0 done, 1 application error, 75 preempted and checkpointed (resumable),
-78 bad configuration (retrying will not help).
+78 bad configuration (retrying will not help). `kill -USR1 <pid>` prints every thread's
+stack to stderr, and the attempt goes on.
 
 Under a launcher that sets `ETT_EXIT_DIR` (ours does under torchrun, which hides every
 rank's exit code behind its own 1), each rank also leaves an exit record there
@@ -166,7 +167,19 @@ def exit_now(code: int) -> NoReturn:
         os._exit(code)
 
 
+def _stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's Python stack to stderr, and the attempt goes
+    on: where a rank that stopped moving stands (the watchdog says *that* it hung, and
+    ends it; this says *where*, while it still can). Written from the signal handler in C,
+    so it answers with the GIL held by a thread stuck in a collective."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+
+
 def _run_as_program() -> NoReturn:
+    _stacks_on_sigusr1()
     try:
         code = main()
     except SystemExit as exc:  # argparse's --help, say

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from airflow_ett.protocol.exits import (
 from airflow_ett.trainer.config import load_config
 from airflow_ett.trainer.final_state import load_final_state
 from airflow_ett.trainer.launcher import AttemptOutcome, run_attempts
+from tests.trainer._stacks import run_or_show_stacks
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,12 +51,10 @@ def write_config(path: Path, **fields: Any) -> Path:
 
 def run_attempt(config: Path, job: str, number: int, *extra: str,
                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return run_or_show_stacks(
         [sys.executable, "-m", "airflow_ett.trainer", "--config", str(config),
          "--job-id", job, "--attempt-number", str(number), *extra],
-        capture_output=True, text=True, timeout=TIMEOUT, check=False,
-        env={**os.environ, **(env or {})}, cwd=config.parent,
-    )
+        timeout=TIMEOUT, env={**os.environ, **(env or {})}, cwd=config.parent)
 
 
 def operator_says(config: Path, job: str, **call: Any) -> None:
@@ -207,11 +207,10 @@ def test_a_prewarmed_cache_is_hit_by_the_next_job(tmp_path: Path) -> None:
 def launch_two(config: Path, number: int) -> subprocess.CompletedProcess[str]:
     """Attempt `number` of job "ddp" as two processes under torchrun."""
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    return subprocess.run(
+    return run_or_show_stacks(
         [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "airflow_ett.trainer",
          "--config", str(config), "--job-id", "ddp", "--attempt-number", str(number)],
-        capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=config.parent,
-        env={**os.environ, "OMP_NUM_THREADS": "1"})
+        timeout=TIMEOUT, cwd=config.parent, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def test_two_processes_shard_train_checkpoint_and_resume(tmp_path: Path) -> None:
@@ -245,6 +244,16 @@ def test_hang_stops_progress_until_killed_and_auto_interval_is_chosen(tmp_path: 
             break
     time.sleep(2.0)  # hung: alive, no progress; the recorder still writes what it has
     assert proc.poll() is None, "".join(seen)[-2000:]
+    # asked where it stands, it says (every thread's stack) and goes on hanging
+    proc.send_signal(signal.SIGUSR1)
+    dumped = []
+    for line in proc.stderr:
+        dumped.append(line)
+        if re.search(r'faults\.py", line \d+ in after_step', line) or (
+                time.monotonic() > deadline):
+            break
+    assert "Current thread" in "".join(dumped) and "in after_step" in dumped[-1], dumped
+    assert proc.poll() is None
     proc.kill()
     proc.communicate(timeout=60)
     log = "".join(seen)
