@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from airflow_ett.embedded import EmbeddedAirflow, venv_script
-from airflow_ett.rollup import day_window
+from airflow_ett.rollup import DayRollup, day_window
 from airflow_ett.rollup.components import default_components_file
 from airflow_ett.store import EttStore, upgrade
 from tests.airflow_db import migrate
@@ -141,6 +141,14 @@ def _check_each_night_alerted_its_day(log: Path, day1: dt.date, day2: dt.date) -
     return keys
 
 
+def _check_slow_steps(day: DayRollup, report: Path) -> None:
+    """Slow steps by day, computed in the DAG's task (decision 0035): A and B step at
+    their ideal, so none lost, and known (None would be a day stored without them)."""
+    assert (day.fleet.gpu_hours_lost_to_slow_steps,
+            day.fleet.slow_steps_pct_of_effective) == (0.0, 0.0)
+    assert "slow steps: 0.00 GPU-h lost inside effective training" in report.read_text()
+
+
 def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Path) -> None:
     today = dt.datetime.now(dt.UTC).date()
     day1, day2 = today - dt.timedelta(days=2), today - dt.timedelta(days=1)
@@ -184,6 +192,7 @@ def test_the_nightly_dag_catches_up_writes_reports_and_reruns_a_day(tmp_path: Pa
         # (A's hour, 2 GPUs) 100 x 6,000 / 7,200 = 83.3, so +4.9
         assert (reports / day2.isoformat() / "report.txt").read_text().startswith(
             "fleet ETT% 88.2 (+4.9)   jobs 2")
+        _check_slow_steps(second, reports / day2.isoformat() / "report.txt")
         keys = _check_each_night_alerted_its_day(alert_log, day1, day2)
 
         # Late events for day 2 arrive; rerunning that day corrects it, nothing doubles.
